@@ -1,0 +1,70 @@
+"""Atomic writes: a temporary file (or directory) beside the target, then a rename.
+
+A reader never sees a half-written cache entry, and an interrupted write leaves only a
+temporary name that the next writer ignores and overwrites.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path in the target's directory; rename it onto ``target`` on success.
+
+    On an exception the temporary file is removed and ``target`` is left untouched.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part" + suffix, dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory; rename it onto ``target`` when the block succeeds.
+
+    If ``target`` already exists (another process won the race) the new copy is discarded.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent))
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not target.exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write JSON atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=1, sort_keys=True), encoding="utf-8")
+
+
+def config_hash(config: Any, length: int = 16) -> str:
+    """A stable hash of a JSON-serialisable config, used to key cache entries."""
+    blob = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]

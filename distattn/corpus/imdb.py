@@ -1,0 +1,165 @@
+"""The Large Movie Review Dataset (Maas et al., 2011), read straight from ``aclImdb_v1.tar.gz``.
+
+Where the archive is looked for, in order: ``data_dir`` (``--data-dir``), ``$DISTATTN_DATA_DIR``,
+the user cache directory. If it is in none of them and ``download=True``, the official archive
+is downloaded into the cache (atomic, size and checksum checked).
+
+Two archives are accepted by checksum: the official one and the re-packed copy shipped in
+``../shared/data`` (same reviews, without the bag-of-words feature files). Any other archive is
+accepted only if its contents check out: 12,500 reviews in each of train/pos, train/neg,
+test/pos, test/neg and 50,000 in train/unsup.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tarfile
+import zlib
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from distattn.corpus.documents import NO_LABEL, Corpus, Document
+from distattn.corpus.download import DownloadError, download, sha256_file
+from distattn.corpus.tokenized import parse_splits
+from distattn.paths import cache_dir, data_dirs
+
+ARCHIVE_NAME = "aclImdb_v1.tar.gz"
+IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
+KNOWN_ARCHIVES = {  # sha256 -> size in bytes
+    "c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe": 84_125_825,  # official
+    "a3bb2208bdc4154c984c771622ac18e34a5d931fa63c77ce38c6b1a3d5dd6456": 56_744_565,  # shared/data copy
+}
+SPLITS = ("train", "test", "unsup")
+EXPECTED_COUNTS = {("train", "pos"): 12_500, ("train", "neg"): 12_500, ("test", "pos"): 12_500,
+                   ("test", "neg"): 12_500, ("train", "unsup"): 50_000}
+_MEMBER = re.compile(r"^aclImdb/(train|test)/(pos|neg|unsup)/(\d+)_(\d+)\.txt$")
+_LABELS = {"pos": 1, "neg": 0, "unsup": NO_LABEL}
+
+
+class ArchiveNotFoundError(FileNotFoundError):
+    """No archive where we looked, and no download possible."""
+
+
+class CorruptArchiveError(ValueError):
+    """The archive is truncated, not a gzip/tar file, or holds the wrong reviews."""
+
+
+def find_imdb_archive(data_dir: str | os.PathLike | None = None) -> Path | None:
+    """The first ``aclImdb_v1.tar.gz`` in the search path, or None."""
+    for d in data_dirs(data_dir):
+        p = Path(d) / ARCHIVE_NAME
+        if p.is_file():
+            return p
+    return None
+
+
+def fetch_imdb(data_dir: str | os.PathLike | None = None, download_missing: bool = True,
+               url: str | None = None, progress: bool = True) -> Path:
+    """Path to the IMDB archive, downloading it into the cache if it is nowhere else.
+
+    ``url`` defaults to ``$DISTATTN_IMDB_URL`` or the official address.
+    """
+    found = find_imdb_archive(data_dir)
+    if found is not None:
+        return found
+    searched = [str(Path(d) / ARCHIVE_NAME) for d in data_dirs(data_dir)]
+    target = cache_dir() / ARCHIVE_NAME
+    how = (f"Put {ARCHIVE_NAME} (from {IMDB_URL}) in one of those places, pass --data-dir DIR, "
+           "or set DISTATTN_DATA_DIR=DIR.")
+    if not download_missing:
+        raise ArchiveNotFoundError(f"IMDB archive not found; looked for {searched}. {how}")
+    url = url or os.environ.get("DISTATTN_IMDB_URL") or IMDB_URL
+    try:
+        download(url, target, progress=progress, verify=verify_imdb_archive)
+    except DownloadError as exc:
+        raise ArchiveNotFoundError(f"IMDB archive not found (looked for {searched}) and the download "
+                                   f"failed: {exc}. {how}") from exc
+    return target
+
+
+def verify_imdb_archive(path: str | os.PathLike, sha256: str | None = None) -> None:
+    """Accept an archive whose sha256 is one of :data:`KNOWN_ARCHIVES`; otherwise read it and
+    check its contents (review counts per folder). Raises :class:`CorruptArchiveError`."""
+    sha256 = sha256 or sha256_file(path)
+    if sha256 in KNOWN_ARCHIVES:
+        return
+    read_imdb_archive(path, splits=())
+
+
+def read_imdb_archive(path: str | os.PathLike, splits: Sequence[str] = SPLITS) -> list[Document]:
+    """All reviews of the given splits, sorted by (split, label, review id) so the order does
+    not depend on how the archive was packed. Checks the per-folder review counts."""
+    path = Path(path)
+    wanted = set(splits)
+    bad = wanted - set(SPLITS)
+    if bad:
+        raise ValueError(f"unknown IMDB split {sorted(bad)[0]!r}; valid splits: {list(SPLITS)}")
+    try:
+        raw = path.read_bytes()
+        data = zlib.decompress(raw, 47)  # 47: gzip or zlib header, max window
+        members = tarfile.open(fileobj=io.BytesIO(data), mode="r:").getmembers()
+    except (zlib.error, tarfile.TarError, EOFError) as exc:
+        raise CorruptArchiveError(f"{path} is not a readable gzip'd tar archive ({exc}); it is probably "
+                                  f"truncated or damaged. Delete it and fetch {IMDB_URL} again.") from None
+    view = memoryview(data)
+    counts = dict.fromkeys(EXPECTED_COUNTS, 0)
+    rows = []
+    for m in members:
+        match = _MEMBER.match(m.name)
+        if not match or not m.isfile():
+            continue
+        top, sub, rid, rating = match.groups()
+        split = "unsup" if sub == "unsup" else top
+        if (top, sub) in counts:
+            counts[(top, sub)] += 1
+        if split not in wanted:
+            continue
+        if m.offset_data + m.size > len(data):
+            raise CorruptArchiveError(f"{path}: member {m.name} runs past the end of the archive (truncated)")
+        rows.append(((SPLITS.index(split), -_LABELS[sub], int(rid)),
+                     Document(bytes(view[m.offset_data:m.offset_data + m.size]), _LABELS[sub], int(rating),
+                              split, m.name)))
+    wrong = {f"{a}/{b}": (n, EXPECTED_COUNTS[(a, b)]) for (a, b), n in counts.items() if n != EXPECTED_COUNTS[(a, b)]}
+    if wrong:
+        detail = ", ".join(f"{k}: {n} reviews (expected {e})" for k, (n, e) in wrong.items())
+        raise CorruptArchiveError(f"{path} does not hold the IMDB reviews: {detail}")
+    rows.sort(key=lambda r: r[0])
+    return [d for _, d in rows]
+
+
+class ImdbCorpus(Corpus):
+    """IMDB reviews of one or more splits (``"train"``, ``"test"``, ``"unsup"``; combine with
+    ``+``). Labels: 1 positive, 0 negative, -1 unlabelled; ratings from the file names."""
+
+    name = "imdb"
+
+    def __init__(self, split: str | Sequence[str] = "train+test+unsup", data_dir: str | os.PathLike | None = None,
+                 download: bool = True, progress: bool = True):
+        self.splits = parse_splits(split)
+        bad = [s for s in self.splits if s not in SPLITS]
+        if bad:
+            raise ValueError(f"unknown IMDB split {bad[0]!r}; valid splits: {list(SPLITS)}")
+        self.data_dir = data_dir
+        self.download = download
+        self.progress = progress
+        self._path: Path | None = None
+        self._sha: str | None = None
+
+    @property
+    def path(self) -> Path:
+        if self._path is None:
+            self._path = fetch_imdb(self.data_dir, self.download, progress=self.progress)
+        return self._path
+
+    def fingerprint(self) -> dict:
+        if self._sha is None:
+            self._sha = sha256_file(self.path)
+        return {"corpus": "imdb", "splits": self.splits, "archive_sha256": self._sha}
+
+    def __iter__(self) -> Iterator[Document]:
+        yield from read_imdb_archive(self.path, self.splits)
+
+    def __repr__(self) -> str:
+        return f"ImdbCorpus(split={'+'.join(self.splits)!r})"

@@ -1,0 +1,125 @@
+"""Ragged integer sequences: one flat ``int32`` array plus document offsets.
+
+This is how every later stage sees a tokenized corpus: ``ids[offsets[i]:offsets[i+1]]`` is
+document ``i``. Subsetting, truncation and iteration are vectorised.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+
+class RaggedIds:
+    """Documents as a flat id array and offsets.
+
+    Parameters
+    ----------
+    ids : ndarray of int32, shape (n_tokens,)
+    offsets : ndarray of int64, shape (n_docs + 1,), non-decreasing, ``offsets[0] == 0`` and
+        ``offsets[-1] == n_tokens``.
+    """
+
+    __slots__ = ("ids", "offsets")
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray):
+        ids = np.asarray(ids)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if ids.ndim != 1 or offsets.ndim != 1 or len(offsets) < 1:
+            raise ValueError(f"ids must be 1-D and offsets 1-D non-empty; got shapes {ids.shape}, {offsets.shape}")
+        if offsets[0] != 0 or offsets[-1] != len(ids) or np.any(np.diff(offsets) < 0):
+            raise ValueError(
+                f"offsets must start at 0, end at len(ids)={len(ids)} and never decrease; "
+                f"got start {offsets[0]}, end {offsets[-1]}")
+        if ids.dtype != np.int32:
+            if len(ids) and (ids.min() < np.iinfo(np.int32).min or ids.max() > np.iinfo(np.int32).max):
+                raise ValueError("token ids do not fit in int32")
+            ids = ids.astype(np.int32)
+        self.ids = ids
+        self.offsets = offsets
+
+    @classmethod
+    def from_sequences(cls, seqs: Iterable[Sequence[int]]) -> "RaggedIds":
+        arrays = [np.asarray(s, dtype=np.int64).ravel() for s in seqs]
+        lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+        offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+        return cls(ids, offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"document index {i} out of range for {n} documents")
+        i %= n
+        return self.ids[self.offsets[i]:self.offsets[i + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(len(self)):
+            yield self.ids[self.offsets[i]:self.offsets[i + 1]]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.offsets[-1])
+
+    def take(self, docs: np.ndarray | Sequence[int]) -> "RaggedIds":
+        """The documents with the given indices (or boolean mask), in that order."""
+        docs = np.asarray(docs)
+        if docs.dtype == bool:
+            if len(docs) != len(self):
+                raise ValueError(f"mask has length {len(docs)}, expected {len(self)}")
+            docs = np.flatnonzero(docs)
+        docs = docs.astype(np.int64, copy=False)
+        if len(docs) and (docs.min() < 0 or docs.max() >= len(self)):
+            raise IndexError(f"document indices must lie in [0, {len(self)}); got {docs.min()}..{docs.max()}")
+        starts = self.offsets[docs]
+        lengths = self.offsets[docs + 1] - starts
+        return RaggedIds(self.ids[_gather_index(starts, lengths)], _offsets(lengths))
+
+    def truncate(self, max_len: int) -> "RaggedIds":
+        """Keep at most the first ``max_len`` tokens of each document."""
+        if max_len < 0:
+            raise ValueError(f"max_len must be >= 0, got {max_len}")
+        starts = self.offsets[:-1]
+        lengths = np.minimum(self.lengths, max_len)
+        return RaggedIds(self.ids[_gather_index(starts, lengths)], _offsets(lengths))
+
+    def map(self, table: np.ndarray) -> "RaggedIds":
+        """Replace every id ``i`` by ``table[i]``."""
+        return RaggedIds(np.asarray(table)[self.ids], self.offsets.copy())
+
+    def drop(self, keep: np.ndarray) -> "RaggedIds":
+        """Remove the tokens where the boolean ``keep`` (one per token) is False; documents
+        keep their places (a document may become empty)."""
+        keep = np.asarray(keep, dtype=bool)
+        csum = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(keep, out=csum[1:])
+        return RaggedIds(self.ids[keep], csum[self.offsets])
+
+    def doc_index(self) -> np.ndarray:
+        """The document number of every token, shape (n_tokens,)."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)
+
+    def __repr__(self) -> str:
+        return f"RaggedIds(n_docs={len(self)}, n_tokens={self.n_tokens})"
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _gather_index(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + l)`` for each (s, l), without a Python loop."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    out_starts = np.cumsum(lengths) - lengths
+    return np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(np.asarray(starts, np.int64) - out_starts, lengths)

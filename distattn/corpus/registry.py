@@ -1,0 +1,48 @@
+"""Named corpora, so that ``--corpus NAME`` can list the valid names when it is wrong."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+_REGISTRY: dict[str, tuple[Callable, str]] = {}
+
+
+class UnknownCorpusError(ValueError):
+    pass
+
+
+def register_corpus(name: str, factory: Callable, description: str = "") -> None:
+    """Register ``factory(**kwargs)`` under ``name`` (overwrites)."""
+    _REGISTRY[name] = (factory, description)
+
+
+def available_corpora() -> dict[str, str]:
+    """Name -> description of every registered corpus."""
+    return {k: v[1] for k, v in sorted(_REGISTRY.items())}
+
+
+def get_corpus(name: str, **kwargs):
+    """Build the corpus registered under ``name``."""
+    if name not in _REGISTRY:
+        raise UnknownCorpusError(f"unknown corpus {name!r}; valid names: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name][0](**kwargs)
+
+
+def _imdb(split="train+test+unsup", data_dir=None, download=True, progress=True, **_):
+    from distattn.corpus.imdb import ImdbCorpus
+    return ImdbCorpus(split=split, data_dir=data_dir, download=download, progress=progress)
+
+
+def _text(path=None, **_):
+    from distattn.corpus.text import TextCorpus
+    return TextCorpus(path)
+
+
+def _paper(**_):
+    from distattn.corpus.paper import load_paper_corpus
+    return load_paper_corpus()
+
+
+register_corpus("imdb", _imdb, "IMDB movie reviews (aclImdb_v1.tar.gz): splits train, test, unsup")
+register_corpus("text", _text, "your own text: a .txt file (a document per line), a directory of .txt files, or .jsonl")
+register_corpus("paper", _paper, "the 7-word toy vocabulary and co-occurrence matrix of 003_8065cadafb1b3474.txt")

@@ -1,0 +1,79 @@
+"""A user's own corpus: a ``.txt`` file (one document per line), a directory of ``.txt``
+files (one document per file, sorted by relative path), or a ``.jsonl`` file whose lines are
+objects with a ``text`` field and an optional integer ``label``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+from distattn.corpus.documents import NO_LABEL, Corpus, Document
+
+SUPPORTED = (".txt file (one document per line)", "directory of .txt files", ".jsonl file with a 'text' field")
+
+
+class TextCorpus(Corpus):
+    """Documents from a path; see the module docstring for the accepted layouts."""
+
+    name = "text"
+
+    def __init__(self, path: str | os.PathLike, encoding: str = "utf-8"):
+        if path is None or str(path) == "":
+            raise ValueError("the text corpus needs a path (--path FILE_OR_DIR); accepted: " + "; ".join(SUPPORTED))
+        self.path = Path(path).expanduser()
+        self.encoding = encoding
+        if not self.path.exists():
+            raise FileNotFoundError(f"text corpus path {str(self.path)!r} does not exist; accepted: "
+                                    + "; ".join(SUPPORTED))
+        if self.path.is_dir():
+            self.kind = "dir"
+            self._files = sorted(p for p in self.path.rglob("*.txt") if p.is_file())
+            if not self._files:
+                raise ValueError(f"directory {str(self.path)!r} contains no .txt files")
+        elif self.path.suffix.lower() == ".txt":
+            self.kind = "txt"
+        elif self.path.suffix.lower() == ".jsonl":
+            self.kind = "jsonl"
+        else:
+            raise ValueError(f"unsupported text corpus {str(self.path)!r} (suffix {self.path.suffix!r}); "
+                             "accepted: " + "; ".join(SUPPORTED))
+
+    def _files_for_fingerprint(self) -> list[Path]:
+        return self._files if self.kind == "dir" else [self.path]
+
+    def fingerprint(self) -> dict:
+        files = self._files_for_fingerprint()
+        return {"corpus": "text", "path": str(self.path.resolve()), "kind": self.kind,
+                "files": [(str(p.relative_to(self.path)) if self.kind == "dir" else p.name,
+                           p.stat().st_size, p.stat().st_mtime_ns) for p in files]}
+
+    def __iter__(self) -> Iterator[Document]:
+        if self.kind == "dir":
+            for p in self._files:
+                yield Document(p.read_bytes(), split="all", name=str(p.relative_to(self.path)))
+        elif self.kind == "txt":
+            with open(self.path, "rb") as fh:
+                for i, line in enumerate(fh):
+                    yield Document(line.rstrip(b"\r\n"), split="all", name=f"line{i + 1}")
+        else:
+            with open(self.path, encoding=self.encoding) as fh:
+                for i, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        obj = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise ValueError(f"{self.path}:{i}: not valid JSON ({exc.msg})") from None
+                    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                        raise ValueError(f"{self.path}:{i}: each line must be an object with a string 'text' field")
+                    label = obj.get("label", NO_LABEL)
+                    if label is None:
+                        label = NO_LABEL
+                    if not isinstance(label, int) or isinstance(label, bool) or not -1 <= label <= 127:
+                        raise ValueError(f"{self.path}:{i}: 'label' must be an integer in [-1, 127], got {label!r}")
+                    yield Document(obj["text"], label=label, split=str(obj.get("split", "all")), name=f"line{i}")
+
+    def __repr__(self) -> str:
+        return f"TextCorpus({str(self.path)!r}, kind={self.kind!r})"

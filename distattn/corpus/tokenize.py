@@ -1,0 +1,109 @@
+"""Tokenizers. A tokenizer is any callable ``str -> list[str]`` with a ``config()`` dict
+(used to key caches); :class:`RegexTokenizer` is the default.
+
+The default is the seed's preprocessing (000_48942d33924f2728.txt, section IV.B): lowercase,
+replace ``<br />`` by a space, keep runs of ``[a-z0-9']``. The seed's printed code applies
+``re.sub(r"^[^a-z0-9\\s]", ...)`` with a stray ``^`` anchor, which only touches the first
+character; we implement the evident intent (keep ``[a-z0-9']+`` everywhere).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol
+
+
+class Tokenizer(Protocol):
+    def __call__(self, text: str) -> list[str]: ...
+
+    def config(self) -> dict: ...
+
+
+class RegexTokenizer:
+    """Lowercase, strip markup strings, and keep the matches of ``pattern``.
+
+    Parameters
+    ----------
+    pattern : str
+        Regular expression for a token (default ``[a-z0-9']+``, applied after lowercasing).
+    lowercase : bool
+    strip : tuple of str
+        Substrings replaced by a space before matching (default ``("<br />",)``).
+    """
+
+    def __init__(self, pattern: str = r"[a-z0-9']+", lowercase: bool = True,
+                 strip: tuple[str, ...] = ("<br />",)):
+        self.pattern = pattern
+        self.lowercase = lowercase
+        self.strip = tuple(strip)
+        try:
+            self._re = re.compile(pattern)
+            self._bre = re.compile(pattern.encode("ascii")) if pattern.isascii() else None
+        except re.error as exc:
+            raise ValueError(f"pattern={pattern!r} is not a valid regular expression: {exc}") from None
+
+    def config(self) -> dict:
+        return {"kind": "regex", "pattern": self.pattern, "lowercase": self.lowercase,
+                "strip": list(self.strip)}
+
+    def __repr__(self) -> str:
+        return f"RegexTokenizer(pattern={self.pattern!r}, lowercase={self.lowercase}, strip={self.strip!r})"
+
+    def __call__(self, text: str) -> list[str]:
+        if self.lowercase:
+            text = text.lower()
+        for s in self.strip:
+            text = text.replace(s, " ")
+        return self._re.findall(text)
+
+    def tokenize_bytes(self, raw: bytes) -> list[bytes]:
+        """Tokenize UTF-8 text given as bytes; tokens come back as UTF-8 ``bytes``.
+
+        Pure-ASCII input takes a bytes fast path (ASCII lowercasing equals Unicode lowercasing
+        on ASCII text, so the tokens are the same); anything else is decoded, tokenized as
+        ``str`` (Unicode lowercasing can map e.g. U+212A KELVIN SIGN to ``k``) and re-encoded.
+        """
+        if self._bre is not None and raw.isascii():
+            if self.lowercase:
+                raw = raw.lower()
+            for s in self.strip:
+                raw = raw.replace(s.encode("ascii"), b" ")
+            return self._bre.findall(raw)
+        return [t.encode("utf-8") for t in self(raw.decode("utf-8", errors="replace"))]
+
+
+class WhitespaceTokenizer:
+    """Split on whitespace, optionally lowercasing (for pre-tokenized text)."""
+
+    def __init__(self, lowercase: bool = False):
+        self.lowercase = lowercase
+
+    def config(self) -> dict:
+        return {"kind": "whitespace", "lowercase": self.lowercase}
+
+    def __call__(self, text: str) -> list[str]:
+        return (text.lower() if self.lowercase else text).split()
+
+
+def default_tokenizer() -> RegexTokenizer:
+    """The seed tokenizer."""
+    return RegexTokenizer()
+
+
+def tokenizer_config(tokenizer) -> dict:
+    """The config of a tokenizer, for cache keys; plain callables are keyed by qualified name."""
+    if hasattr(tokenizer, "config"):
+        return tokenizer.config()
+    name = getattr(tokenizer, "__qualname__", type(tokenizer).__qualname__)
+    return {"kind": "callable", "name": f"{getattr(tokenizer, '__module__', '?')}.{name}"}
+
+
+def tokenize_to_bytes(tokenizer, text) -> list[bytes]:
+    """Tokens of one text (``str`` or UTF-8 ``bytes``) as UTF-8 ``bytes``, using the
+    tokenizer's bytes fast path when it has one."""
+    if isinstance(text, (bytes, bytearray)):
+        fast = getattr(tokenizer, "tokenize_bytes", None)
+        if fast is not None:
+            return fast(bytes(text))
+        text = bytes(text).decode("utf-8", errors="replace")
+    return [t.encode("utf-8") for t in tokenizer(text)]

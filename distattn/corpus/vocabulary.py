@@ -1,0 +1,173 @@
+"""The vocabulary: words in frequency order, with reserved ids for ``<pad>`` and ``<unk>``."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from distattn.atomic import config_hash, write_json
+
+PAD = "<pad>"
+UNK = "<unk>"
+DEFAULT_SPECIALS = (PAD, UNK)
+OOV_POLICIES = ("unk", "drop", "error", "negative")
+
+
+class Vocabulary:
+    """An id <-> word map. Specials come first (``<pad>`` = 0, ``<unk>`` = 1 by default), then
+    words by decreasing count, ties broken alphabetically.
+
+    Parameters
+    ----------
+    words : sequence of str
+        Regular words, already in id order (after the specials).
+    counts : sequence of int, optional
+        Corpus count of each regular word.
+    specials : tuple of str
+        Reserved tokens placed before the words. ``()`` for a vocabulary without them (the
+        paper's toy vocabulary).
+    """
+
+    def __init__(self, words: Sequence[str], counts: Sequence[int] | None = None,
+                 specials: Sequence[str] = DEFAULT_SPECIALS):
+        words = list(words)
+        specials = tuple(specials)
+        itos = list(specials) + words
+        stoi = {w: i for i, w in enumerate(itos)}
+        if len(stoi) != len(itos):
+            dup = [w for w, c in Counter(itos).items() if c > 1][:5]
+            raise ValueError(f"vocabulary has duplicate entries, e.g. {dup}")
+        if counts is not None and len(counts) != len(words):
+            raise ValueError(f"counts has length {len(counts)}, but there are {len(words)} words")
+        self.specials = specials
+        self.itos = itos
+        self.stoi = stoi
+        wc = np.zeros(len(itos), dtype=np.int64)
+        if counts is not None:
+            wc[len(specials):] = np.asarray(counts, dtype=np.int64)
+        self.counts = wc
+
+    # construction -------------------------------------------------------------------------
+    @classmethod
+    def from_counts(cls, words: Sequence[str], counts: Sequence[int], min_count: int = 1,
+                    max_size: int | None = None, specials: Sequence[str] = DEFAULT_SPECIALS) -> "Vocabulary":
+        """Keep words with ``count >= min_count``, the ``max_size`` most frequent of them
+        (specials not counted), ordered by decreasing count then alphabetically."""
+        if not isinstance(min_count, (int, np.integer)) or min_count < 1:
+            raise ValueError(f"min_count must be an integer >= 1, got {min_count!r}")
+        if max_size is not None and (not isinstance(max_size, (int, np.integer)) or max_size < 1):
+            raise ValueError(f"max_size must be None or an integer >= 1, got {max_size!r}")
+        counts = np.asarray(counts, dtype=np.int64)
+        if len(counts) != len(words):
+            raise ValueError(f"{len(words)} words but {len(counts)} counts")
+        words_arr = np.asarray(words, dtype=object)
+        keep = np.flatnonzero(counts >= min_count)
+        special_set = set(specials)
+        if special_set:
+            keep = np.array([i for i in keep if words_arr[i] not in special_set], dtype=np.int64)
+        # decreasing count, ties alphabetical: lexsort sorts by last key first
+        order = keep[np.lexsort((words_arr[keep].astype(str), -counts[keep]))] if len(keep) else keep
+        if max_size is not None:
+            order = order[:max_size]
+        return cls([str(w) for w in words_arr[order]], counts[order], specials)
+
+    @classmethod
+    def build(cls, documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None,
+              specials: Sequence[str] = DEFAULT_SPECIALS) -> "Vocabulary":
+        """Count the tokens of tokenized documents and build a vocabulary."""
+        counter: Counter = Counter()
+        for doc in documents:
+            counter.update(doc)
+        words = list(counter)
+        return cls.from_counts(words, [counter[w] for w in words], min_count, max_size, specials)
+
+    # lookup -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __contains__(self, word: str) -> bool:
+        return word in self.stoi
+
+    def __getitem__(self, word: str) -> int:
+        return self.stoi[word]
+
+    def __iter__(self):
+        return iter(self.itos)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Vocabulary) and self.itos == other.itos and self.specials == other.specials \
+            and np.array_equal(self.counts, other.counts)
+
+    def __repr__(self) -> str:
+        return f"Vocabulary(size={len(self)}, specials={self.specials})"
+
+    @property
+    def pad_id(self) -> int | None:
+        return self.stoi.get(PAD) if PAD in self.specials else None
+
+    @property
+    def unk_id(self) -> int | None:
+        return self.stoi.get(UNK) if UNK in self.specials else None
+
+    @property
+    def n_specials(self) -> int:
+        return len(self.specials)
+
+    @property
+    def words(self) -> list[str]:
+        """The regular words (no specials), in id order."""
+        return self.itos[self.n_specials:]
+
+    def id_of(self, word: str, default: int | None = None) -> int | None:
+        return self.stoi.get(word, default)
+
+    def encode(self, tokens: Iterable[str], oov: str = "unk") -> np.ndarray:
+        """Token strings to an int32 id array.
+
+        ``oov``: ``"unk"`` maps unknown words to ``<unk>``; ``"drop"`` removes them;
+        ``"negative"`` maps them to -1 (the statistics layer's OOV marker); ``"error"`` raises.
+        """
+        if oov not in OOV_POLICIES:
+            raise ValueError(f"oov={oov!r} is not one of {OOV_POLICIES}")
+        if oov == "unk" and self.unk_id is None:
+            raise ValueError("oov='unk' needs a vocabulary with an <unk> special")
+        tokens = list(tokens)
+        missing = -1 if oov != "unk" else self.unk_id
+        ids = np.fromiter((self.stoi.get(t, missing) for t in tokens), dtype=np.int32, count=len(tokens))
+        if oov == "drop":
+            ids = ids[ids >= 0]
+        elif oov == "error" and (ids < 0).any():
+            bad = [t for t in tokens if t not in self.stoi][:5]
+            raise KeyError(f"out-of-vocabulary tokens: {bad}")
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        return [self.itos[int(i)] if 0 <= int(i) < len(self.itos) else UNK for i in ids]
+
+    # persistence --------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"format": "distattn.Vocabulary/1", "specials": list(self.specials),
+                "words": self.words, "counts": self.counts[self.n_specials:].tolist()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Vocabulary":
+        if d.get("format") != "distattn.Vocabulary/1":
+            raise ValueError(f"not a distattn vocabulary file (format={d.get('format')!r})")
+        return cls(d["words"], d["counts"], tuple(d["specials"]))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write JSON atomically."""
+        write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Vocabulary":
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_dict(json.load(fh))
+
+    def fingerprint(self) -> str:
+        """A hash of the words and specials (for cache keys)."""
+        return config_hash({"specials": list(self.specials), "words": self.words})

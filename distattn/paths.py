@@ -1,0 +1,42 @@
+"""Where distattn looks for data and writes its caches.
+
+* data: ``$DISTATTN_DATA_DIR`` (CI sets it to ``../shared/data``), then the cache directory.
+* cache: ``$DISTATTN_CACHE_DIR``, else ``$XDG_CACHE_HOME/distattn``, else ``~/.cache/distattn``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir(create: bool = True) -> Path:
+    """The user cache directory (XDG), created on demand."""
+    env = os.environ.get("DISTATTN_CACHE_DIR")
+    if env:
+        path = Path(env).expanduser()
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        path = Path(base) / "distattn"
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def data_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Directories searched for data files, in order: the argument, ``$DISTATTN_DATA_DIR``,
+    then the cache directory."""
+    dirs: list[Path] = []
+    if data_dir is not None:
+        dirs.append(Path(data_dir).expanduser())
+    env = os.environ.get("DISTATTN_DATA_DIR")
+    if env:
+        dirs.append(Path(env).expanduser())
+    dirs.append(cache_dir(create=False))
+    seen, out = set(), []
+    for d in dirs:
+        key = str(d.resolve()) if d.exists() else str(d)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out

@@ -1,0 +1,257 @@
+"""Word vectors from a truncated SVD of a (PPMI) word-context matrix.
+
+For an (n_words, n_contexts) matrix ``X ≈ U Σ Vᵀ`` truncated to ``dim`` singular triplets
+(Levy, Goldberg & Dagan 2015, *hyperwords*)::
+
+    word vectors     W = U Σ^eig        (n_words, dim)
+    context vectors  K = V Σ^eig        (n_contexts, dim)
+    vectors          W, or W + K ("w+c", needs a square matrix), then rows L2-normalised
+
+``eig = 1`` gives the classical ``U Σ`` (``W Kᵀ``-style reconstruction ``X ≈ U Σ Vᵀ``),
+``eig = 0`` the bare orthonormal ``U``, and ``eig = 0.5`` the symmetric split that Levy et
+al. found best for similarity tasks.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import svds
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.extmath import randomized_svd
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_array, check_is_fitted
+
+from distattn.memory import check_memory
+
+__all__ = ["SVDEmbeddings", "truncated_svd"]
+
+_ALGORITHMS = ("arpack", "randomized")
+
+
+def _flip_signs(u: np.ndarray, vt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Make the largest-|.| entry of each left singular vector positive (first one on ties);
+    flip the matching right vector so that ``u Σ vt`` is unchanged. In place."""
+    if u.shape[1]:
+        biggest = np.argmax(np.abs(u), axis=0)
+        signs = np.sign(u[biggest, np.arange(u.shape[1])])
+        signs[signs == 0] = 1.0
+        u *= signs
+        vt *= signs[:, None]
+    return u, vt
+
+
+def truncated_svd(X, dim: int, algorithm: str = "arpack", random_state=0):
+    """The ``dim`` largest singular triplets of ``X`` (sparse or dense, shape (m, n)).
+
+    Returns ``(u, s, vt)`` with shapes (m, dim), (dim,), (dim, n): singular values sorted in
+    descending order and a deterministic sign convention (the largest-|.| entry of each
+    column of ``u`` is positive). ``dim`` must satisfy ``1 <= dim < min(m, n)``.
+    """
+    if algorithm not in _ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {_ALGORITHMS}, got {algorithm!r}.")
+    m, n = X.shape
+    if (
+        isinstance(dim, bool)
+        or not isinstance(dim, numbers.Integral)
+        or not 1 <= dim < min(m, n)
+    ):
+        raise ValueError(
+            f"dim must be an integer with 1 <= dim < min(X.shape) = {min(m, n)} "
+            f"(X has shape {X.shape}), got {dim!r}."
+        )
+    if algorithm == "arpack":
+        # A seeded start vector makes ARPACK reproducible without depending on svds'
+        # random_state/rng keyword, which differs across SciPy versions.
+        v0 = check_random_state(random_state).uniform(-1.0, 1.0, size=min(m, n))
+        u, s, vt = svds(X, k=dim, v0=v0)
+    else:
+        u, s, vt = randomized_svd(
+            X, dim, n_iter=7, random_state=random_state, flip_sign=False
+        )
+    order = np.argsort(s)[::-1]
+    u = np.ascontiguousarray(u[:, order])
+    vt = np.ascontiguousarray(vt[order])
+    u, vt = _flip_signs(u, vt)
+    return u, s[order].copy(), vt
+
+
+def _row_normalize(a: np.ndarray) -> np.ndarray:
+    """L2-normalise rows in place; all-zero rows stay zero."""
+    norms = np.linalg.norm(a, axis=1)
+    norms[norms == 0] = 1.0
+    a /= norms[:, None]
+    return a
+
+
+class SVDEmbeddings(TransformerMixin, BaseEstimator):
+    """Truncated-SVD word embeddings of a word-context (PPMI) matrix.
+
+    Parameters
+    ----------
+    dim : int, default 300
+        Number of singular triplets kept; ``1 <= dim < min(X.shape)``.
+    eig : float >= 0, default 0.5
+        Exponent of Σ in ``U Σ^eig`` and ``V Σ^eig`` (1 = classical, 0 = bare ``U``).
+    wc : bool, default False
+        If True, ``vectors_ = word_vectors_ + context_vectors_`` ("w+c"); requires a square
+        matrix whose rows and columns index the same vocabulary.
+    normalize : bool, default True
+        L2-normalise the rows of ``vectors_`` (and of ``transform``'s output); zero rows stay
+        zero.
+    random_state : int, RandomState or None, default 0
+        Seed for the ARPACK start vector or the randomized range finder.
+    algorithm : {"arpack", "randomized"}, default "arpack"
+        ``scipy.sparse.linalg.svds`` (accurate) or ``sklearn.utils.extmath.randomized_svd``
+        (faster for large ``dim``).
+
+    Attributes
+    ----------
+    singular_values_ : ndarray of shape (dim,)
+        Σ, in descending order.
+    components_ : ndarray of shape (dim, n_contexts)
+        Vᵀ, the right singular vectors (signs fixed so that the largest-|.| entry of each
+        left singular vector is positive).
+    word_vectors_ : ndarray of shape (n_words, dim)
+        ``U Σ^eig``.
+    context_vectors_ : ndarray of shape (n_contexts, dim)
+        ``V Σ^eig``.
+    vectors_ : ndarray of shape (n_words, dim)
+        The word (or w+c) vectors, row-normalised if ``normalize`` (with ``normalize=False``
+        and ``wc=False`` this is the same array as ``word_vectors_``).
+    words_ : list or None
+        The ``words`` passed to ``fit``.
+    n_features_in_ : int
+        ``n_contexts``.
+    """
+
+    def __init__(
+        self,
+        dim: int = 300,
+        eig: float = 0.5,
+        wc: bool = False,
+        normalize: bool = True,
+        random_state=0,
+        algorithm: str = "arpack",
+    ):
+        self.dim = dim
+        self.eig = eig
+        self.wc = wc
+        self.normalize = normalize
+        self.random_state = random_state
+        self.algorithm = algorithm
+
+    def _check_eig(self) -> float:
+        eig = self.eig
+        if isinstance(eig, bool) or not isinstance(eig, numbers.Real) or not np.isfinite(eig) or eig < 0:
+            raise ValueError(f"eig must be a finite real number >= 0, got {eig!r}.")
+        return float(eig)
+
+    def fit(self, X, words=None, y=None):
+        """Factorise ``X`` (n_words, n_contexts), sparse or dense, usually ``ppmi(counts)``.
+
+        ``words`` (optional, length n_words) labels the rows for :meth:`to_keyed_vectors`.
+        ``y`` is ignored. Returns ``self``.
+        """
+        eig = self._check_eig()
+        X = check_array(X, accept_sparse=("csr", "csc"), dtype=np.float64)
+        n_words, n_contexts = X.shape
+        if self.wc and n_words != n_contexts:
+            raise ValueError(
+                f"wc=True adds word and context vectors, so X must be square; got shape {X.shape}."
+            )
+        if words is not None:
+            words = list(words)
+            if len(words) != n_words:
+                raise ValueError(f"words has {len(words)} entries but X has {n_words} rows.")
+        dim = self.dim
+        if isinstance(dim, numbers.Integral) and not isinstance(dim, bool) and dim > 0:
+            # u, vt and their Σ^eig-scaled copies, the normalised copy, and the ARPACK/range
+            # finder workspace (about max(2 dim + 1, 20) vectors of length max(m, n)).
+            work = max(2 * dim + 1, 20, dim + 10) * max(n_words, n_contexts)
+            check_memory(
+                8 * (3 * dim * (n_words + n_contexts) + work),
+                f"SVDEmbeddings(dim={dim}) on a {n_words} x {n_contexts} matrix",
+            )
+        u, s, vt = truncated_svd(X, dim, self.algorithm, self.random_state)
+
+        scale = np.power(s, eig)
+        self.singular_values_ = s
+        self.components_ = vt
+        self.word_vectors_ = u * scale
+        self.context_vectors_ = vt.T * scale
+        if self.wc:
+            vectors = self.word_vectors_ + self.context_vectors_
+        else:
+            vectors = self.word_vectors_.copy() if self.normalize else self.word_vectors_
+        self.vectors_ = _row_normalize(vectors) if self.normalize else vectors
+        self.words_ = words
+        self.n_features_in_ = n_contexts
+        return self
+
+    def transform(self, X):
+        """Fold new rows into the word space: ``X V Σ^(eig-1)`` (then row-normalised if
+        ``normalize``).
+
+        ``X`` has shape (n_samples, n_contexts) and must be weighted like the fitted matrix
+        (e.g. PPMI rows from the same fitted :class:`PPMITransformer`). For a row of the
+        fitted matrix this returns its ``U Σ^eig`` word vector, since ``X v_i = σ_i u_i``.
+        Directions with a (numerically) zero singular value are mapped to 0. Context vectors
+        are not available for new rows, so ``wc`` is ignored here.
+        Returns an ndarray of shape (n_samples, dim).
+        """
+        check_is_fitted(self)
+        eig = self._check_eig()
+        X = check_array(X, accept_sparse=("csr", "csc"), dtype=np.float64)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input."
+            )
+        s = self.singular_values_
+        check_memory(8 * X.shape[0] * len(s), f"SVDEmbeddings.transform of {X.shape[0]} rows")
+        tol = (s[0] if len(s) else 0.0) * max(X.shape[1], len(s)) * np.finfo(np.float64).eps
+        scale = np.zeros_like(s)
+        nonzero = s > tol
+        scale[nonzero] = np.power(s[nonzero], eig - 1.0)
+        out = np.asarray(X @ self.components_.T) * scale
+        return _row_normalize(out) if self.normalize else out
+
+    def fit_transform(self, X, y=None, words=None):
+        """``fit(X, words=words).transform(X)``: the (row-normalised) ``U Σ^eig``."""
+        return self.fit(X, words=words).transform(X)
+
+    def to_keyed_vectors(self, words=None, dtype=np.float32):
+        """Export ``vectors_`` as a :class:`gensim.models.KeyedVectors`.
+
+        ``words`` (length n_words; default: the ``words`` given to ``fit``) names each row;
+        rows whose word is ``None`` (e.g. padding or unknown-token slots) are dropped. Words
+        must be unique. Vectors are stored as ``dtype`` (gensim's default float32).
+        """
+        from gensim.models import KeyedVectors
+
+        check_is_fitted(self)
+        if words is None:
+            words = self.words_
+        if words is None:
+            raise ValueError("to_keyed_vectors needs words: pass them here or to fit(X, words).")
+        words = list(words)
+        n_words = self.vectors_.shape[0]
+        if len(words) != n_words:
+            raise ValueError(f"words has {len(words)} entries but there are {n_words} vectors.")
+        keep = np.fromiter((w is not None for w in words), dtype=bool, count=n_words)
+        keys = [w for w in words if w is not None]
+        if len(set(keys)) != len(keys):
+            seen, dups = set(), []
+            for w in keys:
+                if w in seen:
+                    dups.append(w)
+                seen.add(w)
+            raise ValueError(f"words must be unique; repeated: {dups[:10]!r}")
+        dim = self.vectors_.shape[1]
+        check_memory(np.dtype(dtype).itemsize * len(keys) * dim, "KeyedVectors export")
+        kv = KeyedVectors(dim, count=0, dtype=dtype)
+        kv.add_vectors(keys, self.vectors_[keep].astype(dtype, copy=False))
+        return kv

@@ -1,0 +1,160 @@
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from distattn.corpus import (Document, EmptyCorpusError, RaggedIds, RegexTokenizer, TextCorpus,
+                             UnknownCorpusError, Vocabulary, available_corpora, get_corpus, tokenize_corpus)
+from distattn.corpus.tokenize import tokenize_to_bytes
+
+
+class ListCorpus:
+    name = "list"
+
+    def __init__(self, texts, labels=None, fail_after=None):
+        self.texts, self.labels, self.fail_after = texts, labels, fail_after
+
+    def fingerprint(self):
+        return {"texts": self.texts}
+
+    def __iter__(self):
+        for i, t in enumerate(self.texts):
+            if self.fail_after is not None and i >= self.fail_after:
+                raise RuntimeError("interrupted")
+            yield Document(t, label=self.labels[i] if self.labels else -1, split="all")
+
+
+def test_seed_tokenizer():
+    tok = RegexTokenizer()
+    assert tok("I LOVED it!<br /><br />Didn't... 10/10") == ["i", "loved", "it", "didn't", "10", "10"]
+    assert tok("") == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("aZ09' <br/>!\u212aK\u00e9\u0130x\n")), max_size=40))
+def test_bytes_fast_path_equals_str_path(text):
+    tok = RegexTokenizer()
+    assert tokenize_to_bytes(tok, text.encode("utf-8")) == [t.encode() for t in tok(text)]
+
+
+def test_vocabulary_order_and_limits():
+    v = Vocabulary.build([["b", "a", "c", "a", "b", "d"]], min_count=1)
+    assert v.itos == ["<pad>", "<unk>", "a", "b", "c", "d"]        # count desc, ties alphabetical
+    assert (v.pad_id, v.unk_id) == (0, 1)
+    assert Vocabulary.build([["b", "a", "c", "a", "b"]], min_count=2).words == ["a", "b"]
+    assert Vocabulary.build([["b", "a", "c", "a", "b"]], max_size=1).words == ["a"]
+    assert list(v.encode(["a", "zzz", "d"])) == [2, 1, 5]
+    assert list(v.encode(["a", "zzz"], oov="drop")) == [2]
+    assert list(v.encode(["a", "zzz"], oov="negative")) == [2, -1]
+    assert v.encode(["a"]).dtype == np.int32
+    with pytest.raises(KeyError, match="zzz"):
+        v.encode(["zzz"], oov="error")
+    with pytest.raises(ValueError, match="oov='x' is not one of"):
+        v.encode(["a"], oov="x")
+    with pytest.raises(ValueError, match="min_count must be an integer >= 1, got 0"):
+        Vocabulary.build([["a"]], min_count=0)
+    with pytest.raises(ValueError, match="max_size must be None or an integer >= 1"):
+        Vocabulary.build([["a"]], max_size=0)
+
+
+def test_vocabulary_json_roundtrip(tmp_path):
+    v = Vocabulary.build([["x", "y", "x", "é"]])
+    v.save(tmp_path / "v.json")
+    assert Vocabulary.load(tmp_path / "v.json") == v
+    assert not list(tmp_path.glob(".*part*"))
+    (tmp_path / "bad.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(ValueError, match="not a distattn vocabulary"):
+        Vocabulary.load(tmp_path / "bad.json")
+
+
+def test_ragged_ops():
+    r = RaggedIds.from_sequences([[1, 2, 3], [], [4, 5], [6]])
+    t = r.take([2, 0])
+    assert list(t.ids) == [4, 5, 1, 2, 3] and list(t.offsets) == [0, 2, 5]
+    assert list(r.truncate(1).ids) == [1, 4, 6]
+    d = r.drop(r.ids % 2 == 0)
+    assert [list(x) for x in d] == [[2], [], [4], [6]]
+    with pytest.raises(ValueError, match="offsets must start at 0"):
+        RaggedIds(np.array([1, 2]), np.array([0, 3]))
+
+
+def test_tokenize_cache_roundtrip_and_reuse(tmp_path):
+    corpus = ListCorpus(["the cat sat", "the dog", ""], labels=[1, 0, 1])
+    tc = tokenize_corpus(corpus, cache=tmp_path)
+    entries = list(tmp_path.iterdir())
+    assert len(entries) == 1 and (entries[0] / "meta.json").exists()
+    again = tokenize_corpus(corpus, cache=tmp_path)
+    assert again.types == tc.types and np.array_equal(again.tokens.ids, tc.tokens.ids)
+    assert list(again.labels) == [1, 0, 1] and len(again) == 3
+    vocab = tc.vocabulary()
+    assert vocab.words[0] == "the"
+    enc = tc.encode(vocab)
+    assert [vocab.decode(d) for d in enc] == [["the", "cat", "sat"], ["the", "dog"], []]
+    # another tokenizer config is another cache entry
+    tokenize_corpus(corpus, tokenizer=RegexTokenizer(pattern=r"[a-z]+"), cache=tmp_path)
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_interrupted_tokenization_leaves_no_cache(tmp_path):
+    with pytest.raises(RuntimeError, match="interrupted"):
+        tokenize_corpus(ListCorpus(["a b"] * 10, fail_after=5), cache=tmp_path)
+    assert not any(tmp_path.iterdir()) if tmp_path.exists() else True
+
+
+def test_damaged_cache_is_rebuilt(tmp_path):
+    corpus = ListCorpus(["a b c", "c d"])
+    tc = tokenize_corpus(corpus, cache=tmp_path)
+    entry = next(tmp_path.iterdir())
+    (entry / "types.json").write_text("{broken")
+    again = tokenize_corpus(corpus, cache=tmp_path)
+    assert again.types == tc.types
+
+
+def test_empty_corpus_errors(tmp_path):
+    with pytest.raises(EmptyCorpusError, match="no documents"):
+        tokenize_corpus(ListCorpus([]), cache=False)
+    with pytest.raises(EmptyCorpusError, match="no tokens"):
+        tokenize_corpus(ListCorpus(["", "!!!"]), cache=False)
+
+
+def test_text_corpus_formats(tmp_path):
+    (tmp_path / "a.txt").write_text("first doc here\nsecond doc\n")
+    tc = tokenize_corpus(TextCorpus(tmp_path / "a.txt"), cache=False)
+    assert len(tc) == 2 and tc.n_tokens == 5
+    d = tmp_path / "dir"
+    (d / "sub").mkdir(parents=True)
+    (d / "x.txt").write_text("one two")
+    (d / "sub" / "y.txt").write_text("three")
+    (d / "ignored.md").write_text("nope")
+    assert tokenize_corpus(TextCorpus(d), cache=False).n_tokens == 3
+    j = tmp_path / "c.jsonl"
+    j.write_text('{"text": "good film", "label": 1}\n\n{"text": "bad film"}\n')
+    tc = tokenize_corpus(TextCorpus(j), cache=False)
+    assert list(tc.labels) == [1, -1]
+
+
+def test_text_corpus_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        TextCorpus(tmp_path / "missing.txt")
+    (tmp_path / "x.csv").write_text("a")
+    with pytest.raises(ValueError, match=r"unsupported text corpus .* \(suffix '.csv'\)"):
+        TextCorpus(tmp_path / "x.csv")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="contains no .txt files"):
+        TextCorpus(tmp_path / "empty")
+    j = tmp_path / "bad.jsonl"
+    j.write_text('{"text": "ok"}\n{"txt": "no"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: .* 'text' field"):
+        list(TextCorpus(j))
+    j.write_text('{"text": "ok", "label": "pos"}\n')
+    with pytest.raises(ValueError, match="'label' must be an integer"):
+        list(TextCorpus(j))
+
+
+def test_registry():
+    names = available_corpora()
+    assert {"imdb", "text", "paper"} <= set(names)
+    with pytest.raises(UnknownCorpusError, match="unknown corpus 'imbd'; valid names: imdb, paper, text"):
+        get_corpus("imbd")

@@ -1,0 +1,161 @@
+"""Truncated-SVD embeddings: reconstruction, eig semantics, w+c, signs, export."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from numpy.testing import assert_allclose
+
+from distattn.memory import MemoryBudgetError
+from distattn.stats.embeddings import SVDEmbeddings, truncated_svd
+from distattn.stats.weighting import ppmi
+
+ALGORITHMS = ["arpack", "randomized"]
+
+
+def low_rank(n_rows=30, n_cols=20, rank=3, seed=0):
+    rng = np.random.default_rng(seed)
+    # well-separated singular values so both algorithms agree on every triplet
+    left, _ = np.linalg.qr(rng.standard_normal((n_rows, rank)))
+    right, _ = np.linalg.qr(rng.standard_normal((n_cols, rank)))
+    return left @ np.diag([9.0, 4.0, 1.5][:rank]) @ right.T
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("as_sparse", [False, True])
+def test_reconstruction_and_singular_values(algorithm, as_sparse):
+    X = low_rank()
+    model = SVDEmbeddings(dim=3, eig=1.0, normalize=False, algorithm=algorithm)
+    model.fit(sp.csr_array(X) if as_sparse else X)
+    assert_allclose(model.singular_values_, [9.0, 4.0, 1.5], rtol=1e-8)
+    assert_allclose(model.word_vectors_ @ model.components_, X, atol=1e-8)
+    assert model.word_vectors_.shape == (30, 3)
+    assert model.context_vectors_.shape == (20, 3)
+    assert model.vectors_ is model.word_vectors_
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_eig_semantics(algorithm):
+    X = low_rank()
+    s = np.array([9.0, 4.0, 1.5])
+    m0 = SVDEmbeddings(dim=3, eig=0.0, normalize=False, algorithm=algorithm).fit(X)
+    assert_allclose(m0.word_vectors_.T @ m0.word_vectors_, np.eye(3), atol=1e-10)  # bare U
+    assert_allclose(m0.context_vectors_, m0.components_.T, atol=1e-12)
+    m1 = SVDEmbeddings(dim=3, eig=1.0, normalize=False, algorithm=algorithm).fit(X)
+    assert_allclose(m1.word_vectors_, m0.word_vectors_ * s, atol=1e-8)  # U Σ
+    half = SVDEmbeddings(dim=3, eig=0.5, normalize=False, algorithm=algorithm).fit(X)
+    assert_allclose(half.word_vectors_ @ half.context_vectors_.T, X, atol=1e-8)
+    assert_allclose(half.word_vectors_, m0.word_vectors_ * np.sqrt(s), atol=1e-8)
+
+
+def test_signs_are_deterministic_and_algorithm_independent():
+    X = low_rank()
+    runs = [
+        SVDEmbeddings(dim=3, eig=1.0, normalize=False, algorithm=a, random_state=seed).fit(X)
+        for a in ALGORITHMS
+        for seed in (0, 1, 12345)
+    ]
+    for other in runs[1:]:
+        assert_allclose(other.word_vectors_, runs[0].word_vectors_, atol=1e-8)
+        assert_allclose(other.components_, runs[0].components_, atol=1e-8)
+    u = runs[0].word_vectors_
+    biggest = np.argmax(np.abs(u), axis=0)
+    assert np.all(u[biggest, np.arange(3)] > 0)
+
+
+def test_truncated_svd_flip_preserves_product_and_matches_numpy():
+    rng = np.random.default_rng(5)
+    X = sp.random_array((40, 25), density=0.3, rng=rng, format="csr")
+    u, s, vt = truncated_svd(X, 5)
+    ref = np.linalg.svd(X.toarray(), compute_uv=False)[:5]
+    assert_allclose(s, ref, rtol=1e-8)
+    assert np.all(np.diff(s) <= 0)
+    U, S, Vt = np.linalg.svd(X.toarray())
+    assert_allclose((u * s) @ vt, (U[:, :5] * S[:5]) @ Vt[:5], atol=1e-8)
+
+
+def test_wc_and_normalize():
+    rng = np.random.default_rng(6)
+    counts = rng.poisson(1.0, size=(25, 25)).astype(float)
+    counts = counts + counts.T
+    P = ppmi(sp.csr_array(counts), cds=0.75)
+    model = SVDEmbeddings(dim=4, eig=0.5, wc=True).fit(P)
+    summed = model.word_vectors_ + model.context_vectors_
+    expected = summed / np.linalg.norm(summed, axis=1, keepdims=True)
+    assert_allclose(model.vectors_, expected, atol=1e-12)
+    assert_allclose(np.linalg.norm(model.vectors_, axis=1), 1.0)
+    plain = SVDEmbeddings(dim=4, eig=0.5).fit(P)
+    assert plain.vectors_ is not plain.word_vectors_
+    norms = np.linalg.norm(plain.word_vectors_, axis=1, keepdims=True)
+    assert_allclose(plain.vectors_, plain.word_vectors_ / norms, atol=1e-12)
+
+
+def test_zero_rows_stay_zero_and_finite():
+    X = low_rank()
+    X[4] = 0
+    model = SVDEmbeddings(dim=3).fit(X)
+    assert np.all(np.isfinite(model.vectors_))
+    assert_allclose(model.vectors_[4], 0, atol=1e-12)
+
+
+@pytest.mark.parametrize("eig", [0.0, 0.5, 1.0])
+def test_transform_folds_rows_in(eig):
+    X = low_rank()
+    raw = SVDEmbeddings(dim=3, eig=eig, normalize=False).fit(X)
+    assert_allclose(raw.transform(X), raw.word_vectors_, atol=1e-8)
+    assert_allclose(raw.transform(sp.csr_array(X[:5])), raw.word_vectors_[:5], atol=1e-8)
+    normed = SVDEmbeddings(dim=3, eig=eig).fit(X)
+    assert_allclose(normed.transform(X), normed.vectors_, atol=1e-8)
+    assert_allclose(normed.fit_transform(X), normed.vectors_, atol=1e-8)
+
+
+def test_transform_with_zero_singular_value_is_finite():
+    X = low_rank(rank=2)  # rank 2, but ask for 3 triplets
+    model = SVDEmbeddings(dim=3, eig=0.5, normalize=False).fit(X)
+    assert model.singular_values_[2] < 1e-8
+    out = model.transform(X)
+    assert np.all(np.isfinite(out))
+    assert_allclose(out[:, 2], 0)
+    with pytest.raises(ValueError, match="expecting 20 features"):
+        model.transform(X[:, :5])
+
+
+def test_keyed_vectors_round_trip():
+    rng = np.random.default_rng(7)
+    counts = rng.poisson(2.0, size=(12, 30)).astype(float)
+    counts[3] = counts[2] * 2  # word 3 shares word 2's contexts
+    words = ["<pad>", "<unk>"] + [f"w{i}" for i in range(2, 12)]
+    model = SVDEmbeddings(dim=5).fit(ppmi(sp.csr_array(counts)), words=words)
+    kv = model.to_keyed_vectors([None, None] + words[2:])
+    assert kv.index_to_key == words[2:]
+    assert kv.vector_size == 5
+    assert_allclose(kv["w7"], model.vectors_[7], rtol=1e-6)
+    assert kv.most_similar("w2", topn=1)[0][0] == "w3"
+    assert len(model.to_keyed_vectors()) == 12  # words from fit
+    kv64 = model.to_keyed_vectors(words, dtype=np.float64)
+    assert kv64.vectors.dtype == np.float64
+    assert_allclose(kv64.vectors, model.vectors_)
+
+
+def test_errors(monkeypatch):
+    X = low_rank()
+    for bad in (0, 20, 2.5, True):
+        with pytest.raises(ValueError, match=r"dim must be .*min\(X.shape\) = 20"):
+            SVDEmbeddings(dim=bad).fit(X)
+    with pytest.raises(ValueError, match=r"algorithm must be one of .*'lanczos'"):
+        SVDEmbeddings(dim=3, algorithm="lanczos").fit(X)
+    with pytest.raises(ValueError, match=r"eig must be .*-1"):
+        SVDEmbeddings(dim=3, eig=-1).fit(X)
+    with pytest.raises(ValueError, match="square"):
+        SVDEmbeddings(dim=3, wc=True).fit(X)
+    with pytest.raises(ValueError, match="words has 2 entries but X has 30 rows"):
+        SVDEmbeddings(dim=3).fit(X, words=["a", "b"])
+    model = SVDEmbeddings(dim=3).fit(X)
+    with pytest.raises(ValueError, match="needs words"):
+        model.to_keyed_vectors()
+    with pytest.raises(ValueError, match="repeated: \\['a'\\]"):
+        model.to_keyed_vectors(["a"] * 2 + [str(i) for i in range(28)])
+    monkeypatch.setenv("DISTATTN_MAX_MEMORY", "1K")
+    with pytest.raises(MemoryBudgetError, match="SVDEmbeddings"):
+        SVDEmbeddings(dim=3).fit(X)

@@ -1,0 +1,84 @@
+import shutil
+import urllib.request
+
+import numpy as np
+import pytest
+
+from distattn.corpus import (ArchiveNotFoundError, CorruptArchiveError, ImdbCorpus, fetch_imdb, get_corpus,
+                             tokenize_corpus)
+from distattn.corpus.imdb import ARCHIVE_NAME, KNOWN_ARCHIVES, read_imdb_archive
+
+pytestmark = pytest.mark.imdb
+
+
+def test_splits_labels_ratings(imdb_tokenized):
+    tc = imdb_tokenized
+    assert len(tc) == 100_000
+    train, test, unsup = tc.split("train"), tc.split("test"), tc.split("unsup")
+    assert (len(train), len(test), len(unsup)) == (25_000, 25_000, 50_000)
+    for part in (train, test):
+        assert np.count_nonzero(part.labels == 1) == 12_500 and np.count_nonzero(part.labels == 0) == 12_500
+        r = part.docs.ratings
+        assert r[part.labels == 1].min() >= 7 and r[part.labels == 0].max() <= 4   # Maas et al.'s thresholds
+    assert (unsup.labels == -1).all() and (unsup.docs.ratings == 0).all()
+    assert len(tc.split("train+unsup")) == 75_000
+    assert 23_000_000 < tc.n_tokens < 24_000_000
+
+
+def test_archive_checksum_is_known(imdb_archive):
+    from distattn.corpus import sha256_file
+    assert sha256_file(imdb_archive) in KNOWN_ARCHIVES
+
+
+def test_truncated_archive_is_a_clear_error_and_caches_nothing(imdb_archive, tmp_path):
+    bad = tmp_path / "data" / ARCHIVE_NAME
+    bad.parent.mkdir()
+    with open(imdb_archive, "rb") as src, open(bad, "wb") as dst:
+        dst.write(src.read(3_000_000))
+    cache = tmp_path / "cache"
+    with pytest.raises(CorruptArchiveError, match="truncated or damaged"):
+        tokenize_corpus(ImdbCorpus(split="train", data_dir=bad.parent, download=False), cache=cache)
+    assert not cache.exists() or not any(cache.iterdir())
+
+
+def test_missing_archive_offline_message(tmp_path, monkeypatch):
+    monkeypatch.delenv("DISTATTN_DATA_DIR", raising=False)
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(ArchiveNotFoundError, match=r"looked for .*aclImdb_v1.tar.gz.*DISTATTN_DATA_DIR"):
+        fetch_imdb(tmp_path / "nowhere", download_missing=False)
+    # the download fails (no network: an unreachable local URL) -> same clear message, nothing cached
+    monkeypatch.setenv("DISTATTN_IMDB_URL", "http://127.0.0.1:9/aclImdb_v1.tar.gz")
+    with pytest.raises(ArchiveNotFoundError, match="download failed"):
+        fetch_imdb(tmp_path / "nowhere", progress=False)
+    assert not any((tmp_path / "cache").glob("*"))
+
+
+def test_download_into_cache_from_file_url(imdb_archive, tmp_path, monkeypatch):
+    monkeypatch.delenv("DISTATTN_DATA_DIR", raising=False)
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DISTATTN_IMDB_URL", imdb_archive.resolve().as_uri())
+    path = fetch_imdb(tmp_path / "nowhere", progress=False)
+    assert path == tmp_path / "cache" / ARCHIVE_NAME and path.stat().st_size == imdb_archive.stat().st_size
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [ARCHIVE_NAME]
+    assert fetch_imdb(tmp_path / "nowhere") == path   # found in the cache the second time
+
+
+def test_wrong_download_is_rejected_and_removed(tmp_path, monkeypatch):
+    import tarfile, io
+    fake = tmp_path / "fake.tar.gz"
+    with tarfile.open(fake, "w:gz") as tf:
+        data = b"a tiny review"
+        info = tarfile.TarInfo("aclImdb/train/pos/0_9.txt")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    monkeypatch.delenv("DISTATTN_DATA_DIR", raising=False)
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DISTATTN_IMDB_URL", fake.as_uri())
+    with pytest.raises(CorruptArchiveError, match="does not hold the IMDB reviews: train/pos: 1 reviews"):
+        fetch_imdb(tmp_path / "nowhere", progress=False)
+    assert not any((tmp_path / "cache").iterdir())
+
+
+def test_unknown_split():
+    with pytest.raises(ValueError, match="unknown IMDB split 'dev'; valid splits"):
+        get_corpus("imdb", split="train+dev")

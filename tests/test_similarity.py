@@ -1,0 +1,106 @@
+"""Word-similarity evaluation, cross-checked against gensim's evaluate_word_pairs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gensim.models import KeyedVectors
+from gensim.test.utils import datapath
+
+from distattn.stats.embeddings import SVDEmbeddings
+from distattn.stats.similarity import (
+    SIMILARITY_DATASETS,
+    SimilarityResult,
+    evaluate_similarity,
+    load_similarity_dataset,
+)
+
+
+def test_load_bundled_datasets():
+    ws = load_similarity_dataset("wordsim353")
+    assert len(ws) == 353
+    assert (ws.word1[0], ws.word2[0], ws.score[0]) == ("love", "sex", 6.77)
+    sl = load_similarity_dataset("simlex999")
+    assert len(sl) == 999
+    assert (sl.word1[0], sl.word2[0], sl.score[0]) == ("old", "new", 1.58)
+
+
+def test_unknown_dataset_lists_valid_names():
+    with pytest.raises(ValueError, match=r"'men3000'.*\['simlex999', 'wordsim353'\]"):
+        load_similarity_dataset("men3000")
+
+
+def test_custom_file_and_bad_line(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("# comment\na\tb\t1.5\n\nc\td\t2\n", encoding="utf-8")
+    data = load_similarity_dataset(str(path))
+    assert data.word1 == ("a", "c") and list(data.score) == [1.5, 2.0]
+    path.write_text("a b 1.5\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="line 1"):
+        load_similarity_dataset(str(path))
+
+
+def random_keyed_vectors(name, keep=0.8, dim=16, seed=0):
+    data = load_similarity_dataset(name)
+    vocab = sorted({w.lower() for w in data.word1 + data.word2})
+    rng = np.random.default_rng(seed)
+    vocab = [w for w in vocab if rng.random() < keep] + ["zzz_extra"]
+    kv = KeyedVectors(dim)
+    kv.add_vectors(vocab, rng.standard_normal((len(vocab), dim)).astype(np.float32))
+    return kv
+
+
+@pytest.mark.parametrize("name", sorted(SIMILARITY_DATASETS))
+def test_matches_gensim(name):
+    kv = random_keyed_vectors(name)
+    ours = evaluate_similarity(kv, name)
+    pearson, spearman, oov_percent = kv.evaluate_word_pairs(datapath(SIMILARITY_DATASETS[name]))
+    assert isinstance(ours, SimilarityResult)
+    assert ours.spearman == pytest.approx(spearman.statistic, abs=1e-4)
+    assert ours.pearson == pytest.approx(pearson.statistic, abs=1e-4)
+    assert 100 * ours.oov_ratio == pytest.approx(oov_percent)
+    assert ours.n_pairs == len(load_similarity_dataset(name))
+    assert 0 < ours.n_found < ours.n_pairs
+    assert ours.as_dict()["dataset"] == name
+
+
+def test_input_kinds_agree():
+    kv = random_keyed_vectors("wordsim353", seed=1)
+    ref = evaluate_similarity(kv, "wordsim353")
+    as_mapping = {k: kv[k] for k in kv.index_to_key}
+    as_tuple = (kv.vectors, kv.index_to_key)
+    data = load_similarity_dataset("wordsim353")
+    triples = list(zip(data.word1, data.word2, data.score))
+    for vectors, pairs in [(as_mapping, "wordsim353"), (as_tuple, data), (kv, triples)]:
+        got = evaluate_similarity(vectors, pairs)
+        assert got.spearman == pytest.approx(ref.spearman, abs=1e-9)
+        assert got.n_found == ref.n_found
+
+
+def test_lowercase_and_oov():
+    vectors = {"Cat": np.array([1.0, 0.0]), "dog": np.array([0.9, 0.1]), "car": np.array([0.0, 1.0])}
+    pairs = [("cat", "dog", 9.0), ("cat", "car", 1.0), ("dog", "car", 2.0), ("cat", "xyz", 5.0)]
+    res = evaluate_similarity(vectors, pairs)
+    assert (res.n_pairs, res.n_found, res.oov_ratio) == (4, 3, 0.25)
+    assert res.spearman == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="Only 1 of the 4 pairs"):
+        evaluate_similarity(vectors, pairs, lowercase=False)
+
+
+def test_zero_vector_has_cosine_zero():
+    vectors = {"a": np.zeros(2), "b": np.array([1.0, 0.0]), "c": np.array([1.0, 0.1])}
+    res = evaluate_similarity(vectors, [("a", "b", 0.0), ("b", "c", 1.0), ("a", "c", 0.5)])
+    assert np.isfinite(res.spearman) and np.isfinite(res.pearson)
+
+
+def test_svd_embeddings_input():
+    rng = np.random.default_rng(2)
+    X = rng.random((6, 10))
+    words = [None, "a", "b", "c", "d", "e"]
+    model = SVDEmbeddings(dim=3).fit(X, words=words)
+    pairs = [("a", "b", 1.0), ("c", "d", 2.0), ("a", "e", 3.0)]
+    direct = evaluate_similarity(model, pairs)
+    via_kv = evaluate_similarity(model.to_keyed_vectors(), pairs)
+    assert direct.spearman == pytest.approx(via_kv.spearman)
+    with pytest.raises(TypeError, match="KeyedVectors"):
+        evaluate_similarity([1, 2, 3], pairs)
