@@ -45,3 +45,15 @@ def imdb_tokenized(imdb_archive, tmp_path_factory):
     from distattn.corpus import ImdbCorpus, tokenize_corpus
     cache = tmp_path_factory.mktemp("imdb-tokens")
     return tokenize_corpus(ImdbCorpus(data_dir=imdb_archive.parent, download=False, progress=False), cache=cache)
+
+
+def require(module: str):
+    """Import an optional dependency for a test module: skipped locally when missing, a
+    failure under CI=true (CI installs every extra)."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"{module} is required under CI: {exc}", pytrace=False)
+        pytest.skip(f"{module} is not installed", allow_module_level=True)

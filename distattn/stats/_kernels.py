@@ -12,7 +12,7 @@ emitted in sorted column order, which gives canonical CSR without any sort.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 
 @njit(nogil=True, cache=True)
@@ -154,4 +154,19 @@ def pad_documents(ids, offsets, window):
             out[q] = ids[p]
             q += 1
         q += window
+    return out
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def csr_dense_matmul(indptr, indices, data, dense):
+    """``A @ dense`` for CSR ``A`` (rows in parallel threads), in ``dense``'s dtype."""
+    n_rows = indptr.shape[0] - 1
+    k = dense.shape[1]
+    out = np.zeros((n_rows, k), dtype=dense.dtype)
+    for i in prange(n_rows):
+        for j in range(indptr[i], indptr[i + 1]):
+            col = indices[j]
+            w = data[j]
+            for t in range(k):
+                out[i, t] += w * dense[col, t]
     return out

@@ -88,7 +88,7 @@ def harmonic_scale(window: int) -> int:
 def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weighting: str = "none",
                  symmetric: bool = True, per_offset: bool = False, oov: str = "drop",
                  n_jobs: int | None = None, chunk_tokens: int = 1 << 27, backend: str = "numpy",
-                 client=None, max_memory: int | None = None):
+                 client=None, n_partitions: int | None = None, max_memory: int | None = None):
     """Co-occurrence counts within a window.
 
     Parameters
@@ -112,8 +112,9 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
     chunk_tokens : int
         Documents are processed in groups of about this many tokens, bounding memory.
     backend : {"numpy", "dask"}
-        ``"dask"`` counts the groups on a ``dask.distributed`` cluster (``client``: a Client or
-        a scheduler address) and gives the identical matrix.
+        ``"dask"`` counts document groups on a ``dask.distributed`` cluster (``client``: a
+        Client or a scheduler address; ``n_partitions`` groups, default two per worker thread)
+        and gives the identical matrix.
     max_memory : int, optional
         Bytes allowed (default: :func:`distattn.memory.available_memory`); the estimate is
         checked before anything large is allocated.
@@ -138,7 +139,7 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
                 per_offset=per_offset, n_jobs=n_jobs)
     if backend == "dask":
         from distattn.stats.distributed import map_reduce_counts
-        return map_reduce_counts(ragged, groups, spec, client)
+        return map_reduce_counts(ragged, groups, spec, client, n_partitions)
     total = None
     for lo, hi in groups:
         part = count_block(_slice_docs(ragged, lo, hi), **spec)

@@ -20,7 +20,6 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import svds
 from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.utils.extmath import randomized_svd
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted
 
@@ -43,7 +42,7 @@ def _flip_signs(u: np.ndarray, vt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return u, vt
 
 
-def truncated_svd(X, dim: int, algorithm: str = "arpack", random_state=0):
+def truncated_svd(X, dim: int, algorithm: str = "arpack", random_state=0, dtype=np.float64):
     """The ``dim`` largest singular triplets of ``X`` (sparse or dense, shape (m, n)).
 
     Returns ``(u, s, vt)`` with shapes (m, dim), (dim,), (dim, n): singular values sorted in
@@ -68,14 +67,72 @@ def truncated_svd(X, dim: int, algorithm: str = "arpack", random_state=0):
         v0 = check_random_state(random_state).uniform(-1.0, 1.0, size=min(m, n))
         u, s, vt = svds(X, k=dim, v0=v0)
     else:
-        u, s, vt = randomized_svd(
-            X, dim, n_iter=7, random_state=random_state, flip_sign=False
-        )
+        # dtype=float32 halves the memory traffic of the sparse products (the vectors come
+        # back in float64 either way).
+        u, s, vt = _randomized_svd(X, dim, n_iter=7, random_state=random_state, dtype=dtype)
+        u, s, vt = u.astype(np.float64), s.astype(np.float64), vt.astype(np.float64)
     order = np.argsort(s)[::-1]
     u = np.ascontiguousarray(u[:, order])
     vt = np.ascontiguousarray(vt[order])
+    # U = X V S^-1: an all-zero row of X has an exactly zero row of U (and likewise for the
+    # columns and V). Iterative solvers leave ~1e-17 noise there, which row normalisation
+    # would blow up into a random unit vector.
+    u[_empty_lines(X, axis=1)] = 0.0
+    vt[:, _empty_lines(X, axis=0)] = 0.0
     u, vt = _flip_signs(u, vt)
     return u, s[order].copy(), vt
+
+
+def _randomized_svd(X, dim: int, n_iter: int = 7, n_oversamples: int = 10, random_state=0, dtype=np.float64):
+    """Halko, Martinsson & Tropp's randomized SVD with normalised power iterations (the
+    algorithm of ``sklearn.utils.extmath.randomized_svd``). The sparse products run on all CPU
+    threads, and each power iterate is orthonormalised by Cholesky-QR (one small Gram matrix
+    in float64), falling back to Householder QR if the Gram matrix is not positive definite."""
+    from distattn.stats._kernels import csr_dense_matmul
+
+    m, n = X.shape
+    n_random = min(dim + n_oversamples, min(m, n))
+    if sp.issparse(X):
+        A = sp.csr_array(X, dtype=dtype)
+        At = sp.csr_array(A.T)
+
+        def mul(M, Y):
+            return csr_dense_matmul(M.indptr, M.indices, M.data, np.ascontiguousarray(Y, dtype=dtype))
+    else:
+        A = np.asarray(X, dtype=dtype)
+        At = A.T
+
+        def mul(M, Y):
+            return M @ Y.astype(dtype, copy=False)
+
+    def orthonormalize(Y):
+        gram = Y.T.astype(np.float64) @ Y.astype(np.float64)
+        try:
+            chol = np.linalg.cholesky(gram)
+        except np.linalg.LinAlgError:
+            return np.linalg.qr(Y)[0]
+        return np.linalg.solve(chol, Y.T.astype(np.float64)).T.astype(dtype)
+
+    rng = check_random_state(random_state)
+    Q = mul(A, rng.standard_normal(size=(n, n_random)).astype(dtype))
+    for _ in range(n_iter):
+        Q = mul(At, orthonormalize(Q))
+        Q = mul(A, orthonormalize(Q))
+    Q = np.linalg.qr(Q.astype(np.float64))[0]
+    B = mul(At, Q.astype(dtype)).T.astype(np.float64)
+    Uh, s, vt = np.linalg.svd(B, full_matrices=False)
+    u = Q @ Uh
+    return u[:, :dim], s[:dim], vt[:dim]
+
+
+def _empty_lines(X, axis: int) -> np.ndarray:
+    """Boolean mask of the all-zero rows (axis=1) or columns (axis=0) of X."""
+    if sp.issparse(X):
+        X = sp.csr_array(X) if axis == 1 else sp.csc_array(X)
+        X = X.copy()
+        X.eliminate_zeros()
+        return np.diff(X.indptr) == 0
+    return ~np.asarray(X != 0).any(axis=axis)
 
 
 def _row_normalize(a: np.ndarray) -> np.ndarray:
@@ -103,9 +160,14 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
         zero.
     random_state : int, RandomState or None, default 0
         Seed for the ARPACK start vector or the randomized range finder.
-    algorithm : {"arpack", "randomized"}, default "arpack"
-        ``scipy.sparse.linalg.svds`` (accurate) or ``sklearn.utils.extmath.randomized_svd``
-        (faster for large ``dim``).
+    algorithm : {"arpack", "randomized"}, default "randomized"
+        randomized SVD (Halko et al.; sklearn's algorithm) with 7 power iterations, the
+        sparse products on all CPU threads, or
+        ``scipy.sparse.linalg.svds`` (ARPACK, exact to solver tolerance, several times slower
+        at dim 300).
+    dtype : {numpy.float64, numpy.float32}, default float64
+        Precision of the randomized iterations. float32 halves their memory traffic (on IMDB
+        PPMI, 30k words, dim 300: 24 s against 47 s, similarity scores equal to ±0.01).
 
     Attributes
     ----------
@@ -134,12 +196,14 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
         wc: bool = False,
         normalize: bool = True,
         random_state=0,
-        algorithm: str = "arpack",
+        algorithm: str = "randomized",
+        dtype=np.float64,
     ):
         self.dim = dim
         self.eig = eig
         self.wc = wc
         self.normalize = normalize
+        self.dtype = dtype
         self.random_state = random_state
         self.algorithm = algorithm
 
@@ -175,7 +239,7 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
                 8 * (3 * dim * (n_words + n_contexts) + work),
                 f"SVDEmbeddings(dim={dim}) on a {n_words} x {n_contexts} matrix",
             )
-        u, s, vt = truncated_svd(X, dim, self.algorithm, self.random_state)
+        u, s, vt = truncated_svd(X, dim, self.algorithm, self.random_state, self.dtype)
 
         scale = np.power(s, eig)
         self.singular_values_ = s

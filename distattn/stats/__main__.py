@@ -1,0 +1,69 @@
+"""``python -m distattn.stats``: build co-occurrence, PPMI and (optionally) SVD embeddings for
+a corpus, print a summary and write the matrices to ``--out``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from distattn.stats.pipeline import StatsConfig, build_statistics
+
+
+def parser() -> argparse.ArgumentParser:
+    d = StatsConfig()
+    p = argparse.ArgumentParser(prog="python -m distattn.stats", description=__doc__,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--corpus", default=d.corpus, help="corpus name: imdb, text or paper")
+    p.add_argument("--path", default=None, help="with --corpus text: a .txt file, a directory of .txt files, or .jsonl")
+    p.add_argument("--split", default=d.split, help="with --corpus imdb: train, test, unsup, joined with +")
+    p.add_argument("--data-dir", default=None, help="where aclImdb_v1.tar.gz is (else $DISTATTN_DATA_DIR, the cache)")
+    p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="regular words kept (plus <pad>, <unk>)")
+    p.add_argument("--min-count", type=int, default=d.min_count)
+    p.add_argument("--window", type=int, default=d.window)
+    p.add_argument("--weighting", default=d.weighting, help="none or harmonic (1/d)")
+    p.add_argument("--directional", action="store_true", help="count j after i only (default: symmetric)")
+    p.add_argument("--oov", default=d.oov, help="drop (GloVe) or gap (hyperwords)")
+    p.add_argument("--cds", type=float, default=d.cds, help="PPMI context-distribution smoothing")
+    p.add_argument("--neg", type=float, default=d.neg, help="PPMI shift log(neg)")
+    p.add_argument("--svd-dim", type=int, default=d.svd_dim, help="SVD embedding dimension (0: none)")
+    p.add_argument("--eig", type=float, default=d.eig, help="eigenvalue weighting of the SVD embeddings")
+    p.add_argument("--evaluate", action="store_true", help="score the embeddings on WordSim-353 and SimLex-999")
+    p.add_argument("--out", default=None, help="directory for vocab.json, cooc.npz, ppmi.npz, stats.json")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    p.add_argument("--jobs", type=int, default=None, help="threads for counting (default: all CPUs)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    cfg = StatsConfig(corpus=args.corpus, path=args.path, split=args.split if args.corpus == "imdb" else "",
+                      data_dir=args.data_dir, vocab_size=args.vocab_size, min_count=args.min_count,
+                      window=args.window, weighting=args.weighting, symmetric=not args.directional, oov=args.oov,
+                      cds=args.cds, neg=args.neg, svd_dim=args.svd_dim, eig=args.eig)
+    if args.evaluate and not args.svd_dim:
+        print("error: --evaluate needs --svd-dim > 0", file=sys.stderr)
+        return 2
+    try:
+        stats = build_statistics(cfg, cache=not args.no_cache, progress=sys.stderr.isatty(), n_jobs=args.jobs)
+    except (ValueError, FileNotFoundError, OSError, MemoryError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    summary = stats.summary()
+    if args.evaluate:
+        from distattn.stats.similarity import evaluate_similarity
+        words = stats.vocab.itos
+        summary["similarity"] = {name: evaluate_similarity((stats.embeddings, words), name).as_dict()
+                                 for name in ("wordsim353", "simlex999")}
+    if args.out:
+        try:
+            summary["written"] = [str(p) for p in stats.save(args.out)]
+        except OSError as exc:
+            print(f"error: cannot write to --out {args.out!r}: {exc}", file=sys.stderr)
+            return 2
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

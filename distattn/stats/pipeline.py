@@ -1,0 +1,168 @@
+"""The statistics pipeline, from a corpus name to cached matrices:
+
+corpus -> tokenized (cached) -> vocabulary -> co-occurrence (cached) -> PPMI -> SVD embeddings (cached)
+
+Every cached artifact is keyed by a hash of everything that made it and written atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from distattn.atomic import atomic_path, config_hash
+from distattn.corpus import Vocabulary, get_corpus, tokenize_corpus
+from distattn.paths import cache_dir
+from distattn.stats.cooccurrence import OOV_MODES, WEIGHTINGS, cooccurrence
+from distattn.stats.weighting import ppmi
+
+
+@dataclass
+class StatsConfig:
+    """Everything that determines the statistics. Validated by :meth:`validate`."""
+
+    corpus: str = "imdb"
+    path: str | None = None            # --corpus text
+    split: str = "train+test+unsup"    # --corpus imdb
+    data_dir: str | None = None
+    vocab_size: int = 30_000           # regular words, specials not counted
+    min_count: int = 1
+    window: int = 10
+    weighting: str = "harmonic"
+    symmetric: bool = True
+    oov: str = "drop"
+    cds: float = 0.75
+    neg: float = 1.0
+    svd_dim: int = 0                   # 0: no embeddings
+    eig: float = 0.5
+
+    def validate(self) -> "StatsConfig":
+        def bad(name, allowed):
+            raise ValueError(f"{name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
+        if self.corpus == "text" and not self.path:
+            raise ValueError("--corpus text needs --path FILE_OR_DIR")
+        if self.corpus != "text" and self.path:
+            raise ValueError(f"--path is only used with --corpus text, not --corpus {self.corpus}")
+        for name in ("vocab_size", "min_count", "window"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                bad(name, "an integer >= 1")
+        if self.weighting not in WEIGHTINGS:
+            bad("weighting", WEIGHTINGS)
+        if self.oov not in OOV_MODES:
+            bad("oov", OOV_MODES)
+        if not 0 < self.cds <= 1:
+            bad("cds", "a number in (0, 1]")
+        if self.neg < 1:
+            bad("neg", "a number >= 1")
+        if self.svd_dim < 0:
+            bad("svd_dim", "0 (none) or a positive integer")
+        if self.eig < 0:
+            bad("eig", "a number >= 0")
+        return self
+
+
+@dataclass
+class Statistics:
+    """The pipeline's products. ``cooc`` is S (raw counts), ``ppmi`` its PPMI weighting,
+    ``embeddings`` the SVD word vectors (vocab × svd_dim) or None."""
+
+    config: StatsConfig
+    vocab: Vocabulary
+    cooc: sp.csr_array
+    ppmi: sp.csr_array
+    embeddings: np.ndarray | None = None
+    singular_values: np.ndarray | None = None
+    n_docs: int = 0
+    n_tokens: int = 0
+    timings: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        return {"corpus": self.config.corpus, "documents": self.n_docs, "tokens": self.n_tokens,
+                "vocab_size": len(self.vocab), "cooc_nnz": int(self.cooc.nnz), "ppmi_nnz": int(self.ppmi.nnz),
+                "embedding_dim": 0 if self.embeddings is None else int(self.embeddings.shape[1]),
+                "timings_s": {k: round(v, 3) for k, v in self.timings.items()}}
+
+    def save(self, out: str | Path) -> list[Path]:
+        """Write vocab.json, cooc.npz, ppmi.npz, (embeddings.npy), stats.json into ``out``."""
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        written = [out / "vocab.json", out / "cooc.npz", out / "ppmi.npz"]
+        self.vocab.save(written[0])
+        _save_npz(written[1], self.cooc)
+        _save_npz(written[2], self.ppmi)
+        if self.embeddings is not None:
+            with atomic_path(out / "embeddings.npy", suffix=".npy") as tmp:
+                np.save(tmp, self.embeddings)
+            written.append(out / "embeddings.npy")
+        with atomic_path(out / "stats.json") as tmp:
+            tmp.write_text(json.dumps({"config": dataclasses.asdict(self.config), **self.summary()}, indent=1))
+        written.append(out / "stats.json")
+        return written
+
+
+def _save_npz(path: Path, m) -> None:
+    with atomic_path(path, suffix=".npz") as tmp:
+        sp.save_npz(tmp, sp.csr_matrix(m), compressed=False)
+
+
+def _load_npz(path: Path) -> sp.csr_array:
+    return sp.csr_array(sp.load_npz(path))
+
+
+def build_statistics(config: StatsConfig, cache: bool = True, progress: bool = True,
+                     n_jobs: int | None = None) -> Statistics:
+    """Run the pipeline for ``config``, reusing cached artifacts."""
+    config.validate()
+    timings: dict = {}
+    t0 = time.perf_counter()
+    if config.corpus == "paper":
+        paper = get_corpus("paper")
+        vocab = Vocabulary(paper.words, specials=())
+        S = sp.csr_array(paper.cooc, dtype=np.float64)
+        n_docs = n_tokens = 0
+        timings["load"] = time.perf_counter() - t0
+    else:
+        kwargs = {"path": config.path} if config.corpus == "text" else \
+            {"split": config.split, "data_dir": config.data_dir, "progress": progress}
+        corpus = get_corpus(config.corpus, **kwargs)
+        tc = tokenize_corpus(corpus, cache=cache, progress=progress)
+        if config.corpus == "imdb" and config.split:
+            tc = tc.split(config.split)
+        timings["tokenize"] = time.perf_counter() - t0
+        t = time.perf_counter()
+        vocab = tc.vocabulary(min_count=config.min_count, max_size=config.vocab_size)
+        enc = tc.encode(vocab, oov="negative")
+        timings["vocabulary"] = time.perf_counter() - t
+        n_docs, n_tokens = len(tc), tc.n_tokens
+        key = config_hash({"tokens": tc.source, "split": config.split, "vocab": vocab.fingerprint(),
+                           "window": config.window, "weighting": config.weighting, "symmetric": config.symmetric,
+                           "oov": config.oov, "format": 1})
+        entry = cache_dir() / "stats" / f"cooc-{key}.npz"
+        t = time.perf_counter()
+        if cache and entry.exists():
+            S = _load_npz(entry)
+        else:
+            S = cooccurrence(enc, window=config.window, weighting=config.weighting, symmetric=config.symmetric,
+                             oov=config.oov, n_jobs=n_jobs)
+            if cache:
+                _save_npz(entry, S)
+        timings["cooccurrence"] = time.perf_counter() - t
+    t = time.perf_counter()
+    P = ppmi(S, neg=config.neg, cds=config.cds)
+    timings["ppmi"] = time.perf_counter() - t
+    emb = sv = None
+    if config.svd_dim:
+        from distattn.stats.embeddings import SVDEmbeddings
+        t = time.perf_counter()
+        model = SVDEmbeddings(dim=config.svd_dim, eig=config.eig, dtype=np.float32).fit(P)
+        emb, sv = model.vectors_, model.singular_values_
+        timings["svd"] = time.perf_counter() - t
+    timings["total"] = time.perf_counter() - t0
+    return Statistics(config, vocab, S, P, emb, sv, n_docs, n_tokens, timings)

@@ -1,0 +1,40 @@
+import numpy as np
+import pytest
+
+from distattn.stats import cooccurrence
+
+from conftest import require
+
+distributed = require("dask.distributed")
+
+
+@pytest.fixture(scope="module")
+def client():
+    from dask.distributed import Client, LocalCluster
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as c:
+        yield c
+
+
+def test_dask_backend_identical(client):
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(-1, 300, size=rng.integers(0, 400)) for _ in range(400)]
+    for kw in ({"window": 10, "weighting": "harmonic"}, {"window": 3, "symmetric": False},
+               {"window": 4, "per_offset": True, "oov": "gap"}):
+        local = cooccurrence(docs, 300, **kw)
+        remote = cooccurrence(docs, 300, backend="dask", client=client, n_partitions=7, **kw)
+        pairs = zip(local, remote) if isinstance(local, list) else [(local, remote)]
+        for a, b in pairs:
+            assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+            assert np.array_equal(a.data, b.data)
+
+
+def test_dask_backend_address(client):
+    addr = client.scheduler.address
+    S = cooccurrence([[0, 1, 2]], 3, window=1, backend="dask", client=addr)
+    assert S.sum() == 4
+
+
+def test_dask_backend_needs_client():
+    with pytest.raises(ValueError, match="backend='dask' needs client="):
+        cooccurrence([[0, 1]], 2, window=1, backend="dask")

@@ -1,0 +1,73 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from distattn.stats.__main__ import main
+from distattn.stats.pipeline import StatsConfig, build_statistics
+
+
+def run_cli(args, capsys):
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_paper_corpus(capsys, tmp_path):
+    code, out, err = run_cli(["--corpus", "paper", "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["vocab_size"] == 7 and summary["cooc_nnz"] == 24
+    S = sp.load_npz(tmp_path / "cooc.npz")
+    assert S[1, 2] == 6 and (abs(S - S.T)).sum() == 0            # bank-loan = 6, symmetric
+    assert sp.load_npz(tmp_path / "ppmi.npz").min() >= 0
+
+
+def test_text_corpus_with_embeddings(capsys, tmp_path):
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(40)]
+    lines = [" ".join(rng.choice(words, size=30)) for _ in range(60)]
+    (tmp_path / "c.txt").write_text("\n".join(lines))
+    code, out, err = run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--window", "3",
+                              "--svd-dim", "5", "--out", str(tmp_path / "o")], capsys)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["vocab_size"] == 42 and summary["documents"] == 60 and summary["tokens"] == 1800
+    assert np.load(tmp_path / "o" / "embeddings.npy").shape == (42, 5)
+    # the second run reuses the cached counts
+    stats = build_statistics(StatsConfig(corpus="text", path=str(tmp_path / "c.txt"), split="", window=3))
+    assert stats.cooc.nnz == sp.load_npz(tmp_path / "o" / "cooc.npz").nnz
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--corpus", "imbd"], "unknown corpus 'imbd'; valid names: imdb, paper, text"),
+    (["--corpus", "text"], "--corpus text needs --path"),
+    (["--corpus", "text", "--path", "/no/such/file.txt"], "does not exist"),
+    (["--corpus", "paper", "--window", "0"], "window=0 is invalid; allowed: an integer >= 1"),
+    (["--corpus", "paper", "--weighting", "linear"], "weighting='linear' is invalid"),
+    (["--corpus", "paper", "--cds", "1.5"], "cds=1.5 is invalid"),
+    (["--corpus", "paper", "--path", "x.txt"], "--path is only used with --corpus text"),
+    (["--corpus", "paper", "--evaluate"], "--evaluate needs --svd-dim"),
+])
+def test_bad_input_exit_2(capsys, args, message):
+    code, out, err = run_cli(args, capsys)
+    assert code == 2 and message in err and out == ""
+
+
+def test_unwritable_out(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, out, err = run_cli(["--corpus", "paper", "--out", str(blocker / "sub")], capsys)
+    assert code == 2 and "cannot write to --out" in err
+
+
+def test_module_entry_point(tmp_path):
+    env = dict(os.environ)
+    res = subprocess.run([sys.executable, "-m", "distattn.stats", "--corpus", "paper"], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["vocab_size"] == 7
