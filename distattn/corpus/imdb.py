@@ -12,7 +12,6 @@ test/pos, test/neg and 50,000 in train/unsup.
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import tarfile
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from distattn.corpus.documents import NO_LABEL, Corpus, Document
+from distattn.corpus.tar_index import index_regular_files
 from distattn.corpus.download import DownloadError, download, sha256_file
 from distattn.corpus.tokenized import parse_splits
 from distattn.paths import cache_dir, data_dirs
@@ -99,16 +99,16 @@ def read_imdb_archive(path: str | os.PathLike, splits: Sequence[str] = SPLITS) -
     try:
         raw = path.read_bytes()
         data = zlib.decompress(raw, 47)  # 47: gzip or zlib header, max window
-        members = tarfile.open(fileobj=io.BytesIO(data), mode="r:").getmembers()
+        members = index_regular_files(data)
     except (zlib.error, tarfile.TarError, EOFError) as exc:
         raise CorruptArchiveError(f"{path} is not a readable gzip'd tar archive ({exc}); it is probably "
                                   f"truncated or damaged. Delete it and fetch {IMDB_URL} again.") from None
     view = memoryview(data)
     counts = dict.fromkeys(EXPECTED_COUNTS, 0)
     rows = []
-    for m in members:
-        match = _MEMBER.match(m.name)
-        if not match or not m.isfile():
+    for name, offset, size in members:
+        match = _MEMBER.match(name)
+        if not match:
             continue
         top, sub, rid, rating = match.groups()
         split = "unsup" if sub == "unsup" else top
@@ -116,11 +116,10 @@ def read_imdb_archive(path: str | os.PathLike, splits: Sequence[str] = SPLITS) -
             counts[(top, sub)] += 1
         if split not in wanted:
             continue
-        if m.offset_data + m.size > len(data):
-            raise CorruptArchiveError(f"{path}: member {m.name} runs past the end of the archive (truncated)")
+        if offset + size > len(data):
+            raise CorruptArchiveError(f"{path}: member {name} runs past the end of the archive (truncated)")
         rows.append(((SPLITS.index(split), -_LABELS[sub], int(rid)),
-                     Document(bytes(view[m.offset_data:m.offset_data + m.size]), _LABELS[sub], int(rating),
-                              split, m.name)))
+                     Document(bytes(view[offset:offset + size]), _LABELS[sub], int(rating), split, name)))
     wrong = {f"{a}/{b}": (n, EXPECTED_COUNTS[(a, b)]) for (a, b), n in counts.items() if n != EXPECTED_COUNTS[(a, b)]}
     if wrong:
         detail = ", ".join(f"{k}: {n} reviews (expected {e})" for k, (n, e) in wrong.items())

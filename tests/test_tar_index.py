@@ -1,0 +1,51 @@
+import io
+import tarfile
+import zlib
+
+import pytest
+
+from distattn.corpus.tar_index import _fast_index, index_regular_files
+
+
+def make_tar(fmt, names):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        for i, name in enumerate(names):
+            data = (f"review {i} " * (i + 1)).encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        d = tarfile.TarInfo("a_dir")
+        d.type = tarfile.DIRTYPE
+        tf.addfile(d)
+    return buf.getvalue()
+
+
+def reference(data):
+    tf = tarfile.open(fileobj=io.BytesIO(data))
+    return [(m.name, m.offset_data, m.size) for m in tf.getmembers() if m.isfile()]
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_same_as_tarfile(fmt):
+    names = ["aclImdb/train/pos/0_9.txt", "x" * 120 + "/long_name_" + "y" * 90 + ".txt" if fmt != tarfile.USTAR_FORMAT
+             else "p" * 60 + "/" + "q" * 90 + ".txt", "é/ünïcode.txt"]
+    data = make_tar(fmt, names)
+    assert index_regular_files(data) == reference(data)
+
+
+def test_fast_path_is_taken_for_gnu():
+    data = make_tar(tarfile.GNU_FORMAT, ["a.txt", "b" * 150 + ".txt"])
+    assert _fast_index(data) == reference(data)
+
+
+def test_truncated_image_raises():
+    data = make_tar(tarfile.GNU_FORMAT, ["a.txt", "b.txt"])
+    with pytest.raises((tarfile.ReadError, EOFError)):
+        index_regular_files(data[:700])
+
+
+@pytest.mark.imdb
+def test_imdb_archive_index_equals_tarfile(imdb_archive):
+    data = zlib.decompress(imdb_archive.read_bytes(), 47)
+    assert index_regular_files(data) == reference(data)
