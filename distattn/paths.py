@@ -40,3 +40,16 @@ def data_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
             seen.add(key)
             out.append(d)
     return out
+
+
+def corpora_dir() -> Path:
+    """The ``corpora/`` directory: the source tree's (a checkout or an editable install), else
+    the copy a wheel installs under ``<prefix>/share/distattn/corpora``."""
+    import sys
+
+    candidates = [Path(__file__).resolve().parents[1] / "corpora",
+                  Path(sys.prefix) / "share" / "distattn" / "corpora"]
+    for c in candidates:
+        if c.is_dir():
+            return c
+    raise FileNotFoundError(f"distattn's corpora/ directory is missing; looked in {[str(c) for c in candidates]}")

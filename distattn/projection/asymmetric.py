@@ -1,0 +1,108 @@
+"""Directional attention ``M_dir = Q W_Q W_Kᵀ Qᵀ`` (section 5).
+
+A symmetric S gives a symmetric M. Replacing S by a factored, non-symmetric operator
+``W_Q W_Kᵀ`` (W_Q, W_K of shape (vocab_size, d_k)) lets the score from token r to token s,
+``(M_dir)[r, s] = (W_Q[id_r]) · (W_K[id_s])``, differ from the reverse one.
+
+The factors either come from the caller (e.g. a trained model's query/key maps composed with
+its embedding) or from a rank-d_k truncated SVD of a *directional* PPMI matrix X, whose entry
+``X[i, j]`` weighs "j follows i" (:func:`directional_factors`)::
+
+    X ≈ U Σ Vᵀ,   W_Q = U Σ^{1/2},   W_K = V Σ^{1/2},   W_Q W_Kᵀ = U Σ Vᵀ.
+
+:func:`factored_svd` gives the singular values of ``W_Q W_Kᵀ`` without forming the
+(vocab_size, vocab_size) product.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from distattn.projection import _checks
+from distattn.stats.embeddings import truncated_svd
+
+__all__ = ["directional_factors", "directional_context_matrix", "factored_svd", "check_factors"]
+
+
+def directional_factors(directional, rank: int, *, algorithm: str = "arpack",
+                        random_state=0) -> tuple[np.ndarray, np.ndarray]:
+    """``(W_Q, W_K)`` from a rank-``rank`` truncated SVD of a directional matrix.
+
+    Parameters
+    ----------
+    directional : sparse or array-like, shape (vocab_size, vocab_size)
+        E.g. the PPMI of counts ``C[i, j] = #(j occurs within the window *after* i)``.
+    rank : int, 1 <= rank < vocab_size
+        d_k.
+    algorithm : {"arpack", "randomized"}
+        ``scipy.sparse.linalg.svds`` or ``sklearn.utils.extmath.randomized_svd``.
+
+    Returns
+    -------
+    W_Q, W_K : ndarrays of float64, shape (vocab_size, rank)
+        ``W_Q W_Kᵀ`` is the best rank-``rank`` approximation of ``directional``.
+    """
+    X = _checks.cooc_matrix(directional, name="directional")
+    rank = _checks.positive_int(rank, "rank")
+    u, s, vt = truncated_svd(X, rank, algorithm=algorithm, random_state=random_state)
+    root = np.sqrt(s)
+    return u * root, vt.T * root
+
+
+def check_factors(query_factor, key_factor, vocab_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Validate ``(W_Q, W_K)``: 2-D, finite, same shape (vocab_size, d_k)."""
+    W_Q = np.asarray(query_factor, dtype=np.float64)
+    W_K = np.asarray(key_factor, dtype=np.float64)
+    if W_Q.ndim != 2 or W_K.ndim != 2 or W_Q.shape != W_K.shape:
+        raise ValueError(f"query_factor and key_factor must both have shape (vocab_size, d_k); "
+                         f"got {W_Q.shape} and {W_K.shape}")
+    if vocab_size is not None and W_Q.shape[0] != vocab_size:
+        raise ValueError(f"the factors have {W_Q.shape[0]} rows but vocab_size={vocab_size}")
+    if not (np.all(np.isfinite(W_Q)) and np.all(np.isfinite(W_K))):
+        raise ValueError("query_factor / key_factor contain NaN or inf")
+    return W_Q, W_K
+
+
+def directional_context_matrix(token_ids, query_factor, key_factor, *, unk_id: int | None = None) -> np.ndarray:
+    """M_dir = Q W_Q W_Kᵀ Qᵀ = W_Q[ids] W_K[ids]ᵀ.
+
+    Parameters
+    ----------
+    token_ids : array-like of int, shape (length,)
+        OOV positions (negative ids or ``unk_id``) get zero rows and columns.
+    query_factor, key_factor : array-like, shape (vocab_size, d_k)
+
+    Returns
+    -------
+    ndarray of float64, shape (length, length); not symmetric in general.
+    """
+    W_Q, W_K = check_factors(query_factor, key_factor)
+    ids = _checks.token_ids(token_ids, W_Q.shape[0], unk_id=unk_id)
+    known = (ids >= 0)[:, None]
+    q = np.where(known, W_Q[np.maximum(ids, 0)], 0.0)
+    k = np.where(known, W_K[np.maximum(ids, 0)], 0.0)
+    return q @ k.T
+
+
+def factored_svd(left, right) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """SVD of ``left @ right.T`` without forming it (TransformerLens' FactoredMatrix habit).
+
+    With thin QR factorisations ``left = Q_a R_a`` and ``right = Q_b R_b``,
+    ``left rightᵀ = Q_a (R_a R_bᵀ) Q_bᵀ``, so only the small (d, d) core is decomposed.
+
+    Parameters
+    ----------
+    left, right : array-like, shape (m, d) and (n, d)
+
+    Returns
+    -------
+    u (m, d), s (d,), vt (d, n) with ``u @ diag(s) @ vt == left @ right.T``; s descending.
+    """
+    A = np.asarray(left, dtype=np.float64)
+    B = np.asarray(right, dtype=np.float64)
+    if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[1]:
+        raise ValueError(f"left and right must be 2-D with the same number of columns; got {A.shape}, {B.shape}")
+    qa, ra = np.linalg.qr(A)
+    qb, rb = np.linalg.qr(B)
+    u, s, vt = np.linalg.svd(ra @ rb.T)
+    return qa @ u, s, vt @ qb.T

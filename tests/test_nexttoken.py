@@ -1,0 +1,279 @@
+"""Causal next-token evaluation: the fused projection kernel, the generic model protocol,
+temperature fitting, n-gram baselines."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.special import log_softmax
+
+from distattn.corpus.ragged import RaggedIds
+from distattn.projection import (KneserNeyLM, ProjectionPredictor, UnigramLM, evaluate_next_token, fit_temperature,
+                                 next_token_distribution, prediction_targets, unigram_prior)
+
+V = 30
+
+
+@pytest.fixture(scope="module")
+def S():
+    rng = np.random.default_rng(7)
+    A = sp.random_array((V, V), density=0.3, rng=rng)
+    return sp.csr_array(A + A.T) * 3.0
+
+
+@pytest.fixture(scope="module")
+def docs():
+    rng = np.random.default_rng(8)
+    out = [rng.integers(-1, V, size=n) for n in (0, 1, 2, 6, 15, 40, 25)]
+    out[3][:2] = -1                # a prefix that starts with OOV tokens
+    return out
+
+
+def naive(doc, S, tau, normalization="none", prior=None, w=0.0):
+    """log p(doc[t+1] | doc[:t+1]) recomputed from scratch per position (NaN: nothing scored)."""
+    out = np.full(len(doc), np.nan)
+    for t in range(len(doc) - 1):
+        if doc[t + 1] < 0:
+            continue
+        if (doc[:t + 1] >= 0).any():
+            p = next_token_distribution(doc[:t + 1], S, temperature=tau, normalization=normalization)
+        else:
+            p = np.full(V, 1.0 / V)
+        if prior is not None:
+            p = (1 - w) * p + w * prior
+        out[t] = np.log(p[doc[t + 1]])
+    return out
+
+
+class Generic:
+    """Hides score_next_tokens so that the evaluator takes the generic logits path."""
+
+    def __init__(self, model):
+        self.model, self.vocab_size = model, model.vocab_size_
+
+    def next_token_logits(self, ids):
+        return self.model.next_token_logits(ids)
+
+
+@pytest.mark.parametrize("tau", [1.0, 3.5])
+def test_fused_kernel_matches_naive_reference(S, docs, tau):
+    report, logp, rank = evaluate_next_token(ProjectionPredictor().fit(S), docs, temperature=tau, return_scores=True)
+    ref = np.concatenate([naive(d, S, tau) for d in docs])
+    np.testing.assert_array_equal(np.isnan(logp), np.isnan(ref))
+    np.testing.assert_allclose(logp[~np.isnan(ref)], ref[~np.isnan(ref)], rtol=1e-6, atol=1e-6)
+    assert report.n_predictions == int((~np.isnan(ref)).sum())
+    assert report.mean_nll == pytest.approx(-np.nanmean(ref), rel=1e-6)
+    assert report.perplexity == pytest.approx(np.exp(report.mean_nll))
+
+
+@pytest.mark.parametrize("normalization", ["none", "row", "softmax"])
+def test_generic_path_matches_naive_reference(S, docs, normalization):
+    model = ProjectionPredictor(normalization=normalization).fit(S)
+    _, logp, rank = evaluate_next_token(Generic(model), docs, temperature=2.0, return_scores=True)
+    ref = np.concatenate([naive(d, S, 2.0, normalization) for d in docs])
+    np.testing.assert_allclose(logp[~np.isnan(ref)], ref[~np.isnan(ref)], rtol=1e-6, atol=1e-6)
+    if normalization == "none":
+        _, logp_f, rank_f = evaluate_next_token(model, docs, temperature=2.0, return_scores=True)
+        np.testing.assert_array_equal(rank, rank_f)
+
+
+@pytest.mark.parametrize("normalization", ["none", "row", "softmax"])
+def test_torch_path_matches_numpy(S, docs, normalization):
+    pytest.importorskip("torch")
+    cpu = ProjectionPredictor(normalization=normalization).fit(S)
+    dev = ProjectionPredictor(normalization=normalization, device="auto").fit(S)
+    _, lp_np, rk_np = evaluate_next_token(Generic(cpu), docs, temperature=1.5, return_scores=True)
+    _, lp_t, rk_t = evaluate_next_token(dev, docs, temperature=1.5, return_scores=True)            # fused, batched
+    _, lp_g, rk_g = evaluate_next_token(Generic(dev), docs, temperature=1.5, return_scores=True)   # torch blocks
+    ok = ~np.isnan(lp_np)
+    for lp, rk in ((lp_t, rk_t), (lp_g, rk_g)):
+        np.testing.assert_array_equal(np.isnan(lp), ~ok)
+        np.testing.assert_allclose(lp[ok], lp_np[ok], rtol=1e-4, atol=1e-4)   # float32 on the device
+        assert (rk[ok] == rk_np[ok]).mean() > 0.95
+
+
+def test_prior_interpolation(S, docs):
+    prior = unigram_prior(docs, V, smoothing=0.5)
+    model = ProjectionPredictor().fit(S)
+    for m in (model, Generic(model)):
+        rep, logp, _ = evaluate_next_token(m, docs, prior=prior, prior_weight=0.3, return_scores=True)
+        ref = np.concatenate([naive(d, S, 1.0, prior=prior, w=0.3) for d in docs])
+        np.testing.assert_allclose(logp[~np.isnan(ref)], ref[~np.isnan(ref)], rtol=1e-5, atol=1e-6)
+        assert rep.prior_weight == 0.3
+    with pytest.raises(ValueError, match="needs a prior"):
+        evaluate_next_token(model, docs, prior_weight=0.3)
+    with pytest.raises(ValueError, match=r"prior_weight must be a real number in \[0, 1\)"):
+        evaluate_next_token(model, docs, prior=prior, prior_weight=1.0)
+
+
+def test_oov_targets_are_skipped_and_counted(S):
+    doc = np.array([3, -1, 4, 5, -1, 6])
+    rep, logp, rank = evaluate_next_token(ProjectionPredictor().fit(S), [doc], return_scores=True)
+    # position t predicts t+1: targets -1, 4, 5, -1, 6 -> 3 scored, 2 OOV, last position never
+    assert rep.n_predictions == 3 and rep.n_oov_targets == 2
+    assert np.isnan(logp[[0, 3, 5]]).all() and not np.isnan(logp[[1, 2, 4]]).any()
+    assert (rank[[0, 3, 5]] == -1).all()
+    # unk_id is OOV too
+    assert evaluate_next_token(ProjectionPredictor().fit(S), [np.array([3, 9, 4])], unk_id=9).n_oov_targets == 1
+
+
+def test_documents_as_flat_ids_and_offsets(S, docs):
+    model = ProjectionPredictor().fit(S)
+    ragged = RaggedIds.from_sequences(docs)
+    a = evaluate_next_token(model, docs)
+    b = evaluate_next_token(model, (ragged.ids, ragged.offsets))
+    c = evaluate_next_token(model, ragged)
+    assert a == b == c
+    targets, scored = prediction_targets(ragged)
+    assert scored.sum() == a.n_predictions
+
+
+def test_uninformative_model_is_never_top_k_correct():
+    class Uniform:
+        vocab_size = 12
+
+        def __call__(self, ids):
+            return np.zeros((len(ids), 12))
+
+    rep = evaluate_next_token(Uniform(), [np.arange(12)], top_k=(1, 5, 12))
+    assert rep.mean_nll == pytest.approx(np.log(12))
+    assert rep.top_k_accuracy == {1: 0.0, 5: 0.0, 12: 1.0}      # ties count against the target
+
+
+def test_rank_and_top_k_from_known_logits():
+    table = np.array([[0., 5., 1., 2.], [9., 0., 8., 7.], [0., 0., 3., 3.], [1., 2., 3., 4.]])
+
+    def model(ids):                      # a callable: logits depend on the current token only
+        return table[ids]
+
+    rep, logp, rank = evaluate_next_token(model, [np.array([0, 1, 2, 3])], vocab_size=4, top_k=(1, 2),
+                                          return_scores=True)
+    # 0 -> 1 (rank 0), 1 -> 2 (rank 1), 2 -> 3 (tied with 2: rank 1)
+    assert rank[:3].tolist() == [0, 1, 1]
+    np.testing.assert_allclose(logp[:3], [log_softmax(table[0])[1], log_softmax(table[1])[2], log_softmax(table[2])[3]])
+    assert rep.top_k_accuracy == {1: pytest.approx(1 / 3), 2: 1.0}
+
+
+def test_model_may_yield_blocks_and_torch_tensors():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(9)
+    table = rng.normal(size=(V, V))
+    doc = rng.integers(0, V, size=50)
+    whole = evaluate_next_token(lambda ids: table[ids], [doc], vocab_size=V)
+    blocks = evaluate_next_token(lambda ids: (table[ids[i:i + 7]] for i in range(0, len(ids), 7)), [doc], vocab_size=V)
+    tensor = evaluate_next_token(lambda ids: torch.from_numpy(table[ids[:-1]]), [doc], vocab_size=V)
+    assert blocks.mean_nll == pytest.approx(whole.mean_nll, rel=1e-6)
+    assert tensor.mean_nll == pytest.approx(whole.mean_nll, rel=1e-6)
+    assert blocks.top_k_accuracy == tensor.top_k_accuracy == whole.top_k_accuracy
+
+
+def test_model_protocol_errors():
+    doc = [np.arange(5)]
+    with pytest.raises(ValueError, match=r"scores of shape \(5, 3\).*vocab_size=5"):
+        evaluate_next_token(lambda ids: np.zeros((len(ids), 3)), doc, vocab_size=5)
+    with pytest.raises(ValueError, match="returned 2 rows.*at least 4"):
+        evaluate_next_token(lambda ids: np.zeros((2, 5)), doc, vocab_size=5)
+    with pytest.raises(ValueError, match="NaN"):
+        evaluate_next_token(lambda ids: np.full((len(ids), 5), np.nan), doc, vocab_size=5)
+    with pytest.raises(ValueError, match="vocab_size is needed"):
+        evaluate_next_token(lambda ids: np.zeros((len(ids), 5)), doc)
+    with pytest.raises(ValueError, match=r"outside \[0, vocab_size=5\)"):
+        evaluate_next_token(lambda ids: np.zeros((len(ids), 5)), [np.array([1, 7])], vocab_size=5)
+
+
+def test_max_predictions_limits_the_documents(S, docs):
+    model = ProjectionPredictor().fit(S)
+    full = evaluate_next_token(model, docs)
+    part = evaluate_next_token(model, docs, max_predictions=10)
+    assert 10 <= part.n_predictions < full.n_predictions
+
+
+def test_fit_temperature_recovers_the_generating_temperature():
+    rng = np.random.default_rng(10)
+    n, tau_true = 15, 2.5
+    table = rng.normal(scale=3.0, size=(n, n))
+    probs = np.exp(log_softmax(table / tau_true, axis=1))
+    cdf = np.cumsum(probs, axis=1)
+    chains = [rng.integers(n, size=40)]
+    for _ in range(100):                 # 40 Markov chains drawn from softmax(table[cur] / τ*)
+        u = rng.random(40)[:, None]
+        chains.append(np.minimum((u > cdf[chains[-1]]).sum(1), n - 1))
+    docs = list(np.stack(chains, 1))
+    tau = fit_temperature(lambda ids: table[ids], docs, vocab_size=n, bounds=(0.1, 100))
+    assert tau == pytest.approx(tau_true, rel=0.1)
+    nll = lambda t: evaluate_next_token(lambda ids: table[ids], docs, vocab_size=n, temperature=t).mean_nll  # noqa
+    assert nll(tau) < nll(tau / 2) and nll(tau) < nll(tau * 2)
+
+
+def test_fit_temperature_of_projection_predictor_beats_tau_one(S, docs):
+    model = ProjectionPredictor().fit(S)
+    tau = fit_temperature(model, docs, bounds=(0.05, 1e4))
+    assert evaluate_next_token(model, docs, temperature=tau).mean_nll <= evaluate_next_token(model, docs).mean_nll
+
+
+# --------------------------------------------------------------------------- baselines
+
+@pytest.fixture(scope="module")
+def train():
+    rng = np.random.default_rng(11)
+    base = rng.zipf(1.5, size=3000) % V
+    cuts = np.sort(rng.choice(np.arange(1, 3000), size=40, replace=False))
+    docs = np.split(base, cuts)
+    docs[0][3] = -1                      # OOV tokens break n-grams
+    return docs
+
+
+@pytest.mark.parametrize("order", [2, 3])
+def test_kneser_ney_rows_are_distributions(train, order):
+    lm = KneserNeyLM(order=order).fit(train, V)
+    probe = np.array([0, 1, 2, -1, 5, 29, 28, 0, 0, 17])      # seen, unseen and OOV contexts
+    P = lm.probabilities(probe)
+    assert P.shape == (10, V)
+    np.testing.assert_allclose(P.sum(1), 1.0, rtol=1e-12)
+    assert (P > 0).all()
+    assert all(0 < d < 1 for d in lm.discounts_) and len(lm.discounts_) == order
+
+
+def test_kneser_ney_bigram_matches_a_loop_reference():
+    docs = [np.array([0, 1, 2, 0, 1, 3]), np.array([1, 2, 2, 0])]
+    Vs, D = 5, 0.5
+    lm = KneserNeyLM(order=2, discount=D).fit(docs, Vs)
+    pairs = [(d[i], d[i + 1]) for d in docs for i in range(len(d) - 1)]
+    c = {}
+    for p in pairs:
+        c[p] = c.get(p, 0) + 1
+    types = set(c)
+    left = np.array([sum(1 for (u, w) in types if w == x) for x in range(Vs)], dtype=float)
+    p1 = np.maximum(left - D, 0) / len(types) + D * np.count_nonzero(left) / len(types) / Vs
+    for v in range(Vs):
+        cv = sum(n for (u, w), n in c.items() if u == v)
+        row = p1.copy() if cv == 0 else np.array(
+            [max(c.get((v, w), 0) - D, 0) / cv + D * sum(1 for (u, _) in types if u == v) / cv * p1[w]
+             for w in range(Vs)])
+        np.testing.assert_allclose(lm.probabilities([v])[0], row, rtol=1e-12)
+
+
+def test_trigram_beats_bigram_beats_unigram_on_markov_text():
+    rng = np.random.default_rng(12)
+    n = 20
+    nxt = rng.integers(0, n, size=(n, n, 2))          # a second-order chain with two choices
+    seqs = []
+    for _ in range(60):
+        s = list(rng.integers(0, n, size=2))
+        for _ in range(60):
+            s.append(int(nxt[s[-2], s[-1], rng.integers(2)]))
+        seqs.append(np.array(s))
+    tr, te = seqs[:50], seqs[50:]
+    ppl = {name: evaluate_next_token(m.fit(tr, n), te).perplexity
+           for name, m in (("uni", UnigramLM()), ("bi", KneserNeyLM(2)), ("tri", KneserNeyLM(3)))}
+    assert ppl["tri"] < ppl["bi"] < ppl["uni"]
+    assert ppl["tri"] < 3.0                                        # close to the 2 true choices
+
+
+def test_unigram_model_and_prior(train):
+    lm = UnigramLM(smoothing=1.0).fit(train, V)
+    np.testing.assert_allclose(lm.prob_.sum(), 1.0)
+    counts = np.bincount(np.concatenate(train)[np.concatenate(train) >= 0], minlength=V)
+    np.testing.assert_allclose(lm.prob_, (counts + 1) / (counts.sum() + V))
+    assert lm.next_token_logits(np.arange(4)).shape == (4, V)
+    with pytest.raises(ValueError, match="order must be 2 or 3"):
+        KneserNeyLM(order=4).fit(train, V)

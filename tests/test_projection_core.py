@@ -1,0 +1,279 @@
+"""Core projection: Q, M, Norm(M), softmax, QS, E, e_global; batched numpy and torch paths;
+the estimator; bad input."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from distattn.corpus.ragged import RaggedIds
+from distattn.projection import (ProjectionPredictor, association_profiles, attention_weights, context_matrices,
+                                 context_matrix, global_evidence, global_evidences, log_softmax, masked_attention,
+                                 next_token_distribution, row_normalize, scaled_softmax, selector, softmax_rows,
+                                 vocabulary_evidence)
+
+V = 40
+
+
+@pytest.fixture(scope="module")
+def S():
+    rng = np.random.default_rng(1)
+    A = sp.random_array((V, V), density=0.25, rng=rng, data_sampler=lambda size: rng.integers(1, 9, size).astype(float))
+    return sp.csr_array(A + A.T)
+
+
+def dense_reference(ids, S, normalization="none"):
+    """Q S Qᵀ and E by literal dense matrix products (the paper's algebra)."""
+    Sd = S.toarray()
+    Q = np.zeros((len(ids), V))
+    Q[np.arange(len(ids)), ids] = 1
+    M = Q @ Sd @ Q.T
+    if normalization == "row":
+        sums = M.sum(1, keepdims=True)
+        A = np.where(sums > 0, M / np.where(sums > 0, sums, 1), 1 / len(ids))
+    elif normalization == "softmax":
+        A = np.exp(M - M.max(1, keepdims=True))
+        A /= A.sum(1, keepdims=True)
+    else:
+        A = M
+    return M, A @ (Q @ Sd)
+
+
+@pytest.mark.parametrize("normalization", ["none", "row", "softmax"])
+def test_matches_dense_algebra(S, normalization):
+    ids = np.array([3, 7, 3, 12, 39, 0, 7])
+    M, E = dense_reference(ids, S, normalization)
+    np.testing.assert_allclose(context_matrix(ids, S), M)
+    np.testing.assert_allclose(vocabulary_evidence(ids, S, normalization=normalization), E, rtol=1e-12)
+    np.testing.assert_allclose(global_evidence(ids, S, normalization=normalization), E.mean(0), rtol=1e-12)
+
+
+def test_selector_and_profiles_shapes_types(S):
+    Q = selector([2, 5, 2], V)
+    assert isinstance(Q, sp.csr_array) and Q.shape == (3, V) and Q.sum() == 3
+    QS = association_profiles([2, 5, 2], S)
+    assert isinstance(QS, sp.csr_array) and QS.shape == (3, V)
+    np.testing.assert_array_equal(QS.toarray(), S.toarray()[[2, 5, 2]])
+
+
+def test_accepts_any_sparse_or_dense_S(S):
+    ids = [1, 4, 9]
+    ref = context_matrix(ids, S)
+    for form in (S.toarray(), sp.coo_matrix(S), sp.csc_array(S), S.astype(np.int64), S.toarray().tolist()):
+        np.testing.assert_array_equal(context_matrix(ids, form), ref)
+
+
+def test_context_matrix_is_symmetric_for_symmetric_S_and_not_otherwise(S):
+    ids = [1, 4, 9, 20]
+    M = context_matrix(ids, S)
+    np.testing.assert_array_equal(M, M.T)
+    A = S.toarray()
+    A[1, 4] += 5
+    assert not np.array_equal(context_matrix(ids, A), context_matrix(ids, A).T)
+
+
+# --------------------------------------------------------------------------- normalisation
+
+def test_row_normalize_zero_row_policies():
+    M = np.array([[0., 2., 2.], [0., 0., 0.], [1., 0., 3.]])
+    u = row_normalize(M)
+    np.testing.assert_allclose(u, [[0, .5, .5], [1 / 3, 1 / 3, 1 / 3], [.25, 0, .75]])
+    np.testing.assert_allclose(row_normalize(M, zero_rows="self")[1], [0, 1, 0])
+    np.testing.assert_array_equal(row_normalize(M, zero_rows="zero")[1], [0, 0, 0])
+    for policy in ("uniform", "self", "zero"):
+        assert not np.isnan(row_normalize(np.zeros((3, 3)), zero_rows=policy)).any()
+    # batched along the last axis
+    np.testing.assert_allclose(row_normalize(np.stack([M, 2 * M])), np.stack([u, u]))
+
+
+def test_row_normalize_rejects_bad_input():
+    with pytest.raises(ValueError, match="non-negative.*-1"):
+        row_normalize([[1., -1.], [0., 1.]])
+    with pytest.raises(ValueError, match="zero_rows must be one of"):
+        row_normalize(np.eye(2), zero_rows="nan")
+    with pytest.raises(ValueError, match="square"):
+        row_normalize(np.zeros((2, 3)), zero_rows="self")
+    with pytest.raises(ValueError, match="NaN or inf"):
+        row_normalize([[np.nan, 1.]])
+
+
+def test_softmax_and_scaled_softmax():
+    x = np.array([[1e4, 1e4 - 1, 0.], [0., 0., 0.]])
+    p = softmax_rows(x)
+    assert np.all(np.isfinite(p))
+    np.testing.assert_allclose(p.sum(1), 1)
+    np.testing.assert_allclose(p[0, :2], [1 / (1 + np.e ** -1), np.e ** -1 / (1 + np.e ** -1)])
+    np.testing.assert_allclose(scaled_softmax(x, 16), softmax_rows(x, temperature=4.0))
+    with pytest.raises(ValueError, match="temperature must be a finite real number > 0"):
+        softmax_rows(x, temperature=0)
+
+
+def test_log_softmax_is_finite_for_huge_evidence():
+    lp = log_softmax(np.array([2e4, 1e4, 0.0]), temperature=1.0)
+    assert np.all(np.isfinite(lp)) and lp[0] == 0.0 and lp[1] == -1e4
+    np.testing.assert_allclose(np.exp(log_softmax([3.0, 1.0, 2.0], temperature=0.5)).sum(), 1.0)
+
+
+def test_next_token_distribution_temperature(S):
+    ids = [3, 7, 12]
+    e = global_evidence(ids, S)
+    p = next_token_distribution(ids, S, temperature=7.0)
+    np.testing.assert_allclose(p, np.exp(e / 7) / np.exp(e / 7).sum())
+    np.testing.assert_allclose(next_token_distribution(ids, S, temperature=7.0, log=True), np.log(p))
+
+
+# --------------------------------------------------------------------------- OOV, length 1, bad input
+
+def test_oov_positions_are_invisible(S):
+    ids = np.array([3, -1, 7, 5])
+    clean = np.array([3, 7, 5])
+    M = context_matrix(ids, S)
+    np.testing.assert_array_equal(M[[0, 2, 3]][:, [0, 2, 3]], context_matrix(clean, S))
+    assert not M[1].any() and not M[:, 1].any()
+    for norm in ("none", "row", "softmax"):
+        E = vocabulary_evidence(ids, S, normalization=norm)
+        np.testing.assert_allclose(E[[0, 2, 3]], vocabulary_evidence(clean, S, normalization=norm))
+        assert not E[1].any()
+        np.testing.assert_allclose(global_evidence(ids, S, normalization=norm),
+                                   global_evidence(clean, S, normalization=norm))
+    # unk_id marks OOV the same way
+    np.testing.assert_array_equal(context_matrix([3, 5, 7, 5], S, unk_id=5)[[0, 2]][:, [0, 2]],
+                                  context_matrix([3, 7], S))
+
+
+def test_length_one_sequence(S):
+    i = 7
+    M = context_matrix([i], S)
+    assert M.shape == (1, 1) and M[0, 0] == S[[i], [i]][0]
+    np.testing.assert_array_equal(row_normalize(np.zeros((1, 1))), [[1.0]])
+    e = global_evidence([i], S, normalization="row")          # attends to itself: its own profile
+    np.testing.assert_allclose(e, S.toarray()[i])
+    p = next_token_distribution([i], S)
+    assert p.shape == (V,) and p.sum() == pytest.approx(1)
+
+
+@pytest.mark.parametrize("fn", [context_matrix, vocabulary_evidence, global_evidence, next_token_distribution,
+                                association_profiles])
+def test_bad_sequences_raise_clear_errors(S, fn):
+    with pytest.raises(ValueError, match="empty"):
+        fn([], S)
+    with pytest.raises(ValueError, match="no in-vocabulary token.*OOV"):
+        fn([-1, -1], S)
+    with pytest.raises(ValueError, match=r"ids \[40, 41\] outside \[0, vocab_size=40\)"):
+        fn([1, 40, 41], S)
+    with pytest.raises(TypeError, match="integer token ids"):
+        fn([1.5, 2.0], S)
+    with pytest.raises(ValueError, match="1-D"):
+        fn([[1, 2]], S)
+
+
+def test_bad_cooc_raises_clear_errors():
+    with pytest.raises(ValueError, match=r"square .*got shape \(3, 4\)"):
+        context_matrix([0, 1], np.ones((3, 4)))
+    with pytest.raises(ValueError, match="2-D"):
+        context_matrix([0], np.ones(3))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        context_matrix([0], np.array([[np.inf]]))
+    with pytest.raises(ValueError, match=r"cooc has shape \(4, 4\) but the vocabulary has vocab_size=5"):
+        ProjectionPredictor(vocabulary=5).fit(np.eye(4))
+    from distattn.corpus.vocabulary import Vocabulary
+    ProjectionPredictor(vocabulary=Vocabulary(["a", "b"], specials=("<unk>",))).fit(np.eye(3))
+    with pytest.raises(ValueError, match="normalization must be one of"):
+        vocabulary_evidence([0], np.eye(3), normalization="l2")
+
+
+def test_cooc_must_match_the_model_vocabulary(S):
+    from distattn.projection import evaluate_next_token
+    with pytest.raises(ValueError, match="vocab_size=41 does not match the model's vocab_size 40"):
+        evaluate_next_token(ProjectionPredictor().fit(S), [[1, 2, 3]], vocab_size=41)
+
+
+# --------------------------------------------------------------------------- batched numpy
+
+def test_batched_context_matrices_match_single(S):
+    docs = [np.array([3, 7, 3]), np.array([5]), np.array([1, -1, 2, 9, 9]), np.array([], dtype=int)]
+    Ms, lengths = context_matrices(docs, S)
+    assert Ms.shape == (4, 5, 5) and lengths.tolist() == [3, 1, 5, 0]
+    for d, doc in enumerate(docs[:3]):
+        np.testing.assert_array_equal(Ms[d, :len(doc), :len(doc)], context_matrix(doc, S))
+    assert not Ms[1, 1:].any() and not Ms[3].any()
+    # flat ids + offsets and RaggedIds give the same
+    ragged = RaggedIds.from_sequences(docs)
+    np.testing.assert_array_equal(context_matrices((ragged.ids, ragged.offsets), S)[0], Ms)
+    np.testing.assert_array_equal(context_matrices(ragged, S, max_length=2)[0], Ms[:, :2, :2])
+
+
+@pytest.mark.parametrize("normalization", ["none", "row", "softmax"])
+@pytest.mark.parametrize("zero_rows", ["uniform", "self", "zero"])
+def test_batched_global_evidence_matches_single(S, normalization, zero_rows):
+    rng = np.random.default_rng(2)
+    docs = [rng.integers(-1, V, size=n) for n in (1, 2, 5, 9, 30, 3)]
+    docs[0][0] = 4
+    docs.append(np.array([-1, -1]))
+    out = global_evidences(docs, S, normalization=normalization, zero_rows=zero_rows, chunk_pairs=50)
+    assert out.shape == (len(docs), V)
+    for d, doc in enumerate(docs[:-1]):
+        np.testing.assert_allclose(out[d], global_evidence(doc, S, normalization=normalization, zero_rows=zero_rows),
+                                   rtol=1e-12, atol=1e-12)
+    assert not out[-1].any()          # an all-OOV document has no evidence
+
+
+def test_masked_attention_rows_sum_to_one_over_known(S):
+    Ms, lengths = context_matrices([[1, 2, 3], [4, -1]], S)
+    known = np.array([[1, 1, 1], [1, 0, 0]], dtype=bool)
+    for norm in ("row", "softmax"):
+        A = masked_attention(Ms, known, norm)
+        np.testing.assert_allclose(A.sum(-1)[known], 1.0)
+        assert not A[1, :, 1:].any() and not A[1, 1:].any()
+
+
+def test_attention_weights_known_mask_equals_dropping(S):
+    ids = np.array([3, -1, 7])
+    M = context_matrix(ids, S)
+    A = attention_weights(M, "softmax", known=ids >= 0)
+    np.testing.assert_allclose(A[np.ix_([0, 2], [0, 2])], softmax_rows(context_matrix([3, 7], S)))
+
+
+# --------------------------------------------------------------------------- torch path (CPU here; CUDA if present)
+
+@pytest.mark.parametrize("normalization", ["none", "row", "softmax"])
+def test_torch_path_matches_numpy(S, normalization):
+    torch = pytest.importorskip("torch")
+    from distattn.projection import torch_context_matrices, torch_global_evidence, torch_vocabulary_evidence
+    docs = [np.array([3, 7, 3, 9]), np.array([5]), np.array([1, -1, 2])]
+    for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+        M, known = torch_context_matrices(docs, S, device=device, dtype=torch.float64)
+        np.testing.assert_allclose(M.cpu().numpy(), context_matrices(docs, S)[0])
+        assert known.cpu().numpy().tolist() == [[1, 1, 1, 1], [1, 0, 0, 0], [1, 0, 1, 0]]
+        g = torch_global_evidence(docs, S, normalization=normalization, device=device, dtype=torch.float64)
+        np.testing.assert_allclose(g.cpu().numpy(), global_evidences(docs, S, normalization=normalization),
+                                   rtol=1e-10)
+        E = torch_vocabulary_evidence(docs, S, normalization=normalization, device=device, dtype=torch.float64)
+        for d, doc in enumerate(docs):
+            np.testing.assert_allclose(E[d, :len(doc)].cpu().numpy(),
+                                       vocabulary_evidence(doc, S, normalization=normalization), rtol=1e-10)
+
+
+# --------------------------------------------------------------------------- estimator
+
+def test_estimator_api(S):
+    model = ProjectionPredictor(normalization="row", temperature=3.0).fit(S)
+    assert model.get_params()["temperature"] == 3.0 and model.vocab_size_ == V
+    ids = [3, 7, 12]
+    np.testing.assert_allclose(model.attention(ids), row_normalize(context_matrix(ids, S)))
+    np.testing.assert_allclose(model.evidence(ids), vocabulary_evidence(ids, S, normalization="row"))
+    np.testing.assert_allclose(model.global_evidence(ids), global_evidence(ids, S, normalization="row"))
+    np.testing.assert_allclose(model.predict_proba([ids])[0],
+                               next_token_distribution(ids, S, temperature=3.0, normalization="row"))
+    assert model.predict([ids, [5]]).shape == (2,)
+
+
+def test_estimator_validates_at_fit():
+    model = ProjectionPredictor(normalization="max")           # stored unchanged ...
+    assert model.normalization == "max"
+    with pytest.raises(ValueError, match=r"normalization must be one of \('none', 'row', 'softmax'\); got 'max'"):
+        model.fit(np.eye(3))                                    # ... validated at fit
+    with pytest.raises(ValueError, match="temperature must be a finite real number > 0; got -1"):
+        ProjectionPredictor(temperature=-1).fit(np.eye(3))
+    from sklearn.exceptions import NotFittedError
+    with pytest.raises(NotFittedError):
+        ProjectionPredictor().context_matrix([0])
