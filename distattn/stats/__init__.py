@@ -1,9 +1,32 @@
-"""Stage 2: co-occurrence, PPMI and SVD statistics (sparse, vectorised)."""
+"""Stage 2: co-occurrence, PPMI and SVD statistics (sparse, vectorised).
 
-from distattn.stats.cooccurrence import cooccurrence
-from distattn.stats.embeddings import SVDEmbeddings, truncated_svd
-from distattn.stats.similarity import SIMILARITY_DATASETS, evaluate_similarity, load_similarity_dataset
-from distattn.stats.weighting import PPMITransformer, pmi, ppmi
+Names are imported on first use, so ``from distattn.stats import cooccurrence`` does not pay
+for scikit-learn's import.
+"""
 
-__all__ = ["cooccurrence", "pmi", "ppmi", "PPMITransformer", "SVDEmbeddings", "truncated_svd",
-           "SIMILARITY_DATASETS", "evaluate_similarity", "load_similarity_dataset"]
+from importlib import import_module
+
+_EXPORTS = {
+    "cooccurrence": "distattn.stats.cooccurrence",
+    "pmi": "distattn.stats.weighting",
+    "ppmi": "distattn.stats.weighting",
+    "PPMITransformer": "distattn.stats.weighting",
+    "SVDEmbeddings": "distattn.stats.embeddings",
+    "truncated_svd": "distattn.stats.embeddings",
+    "SIMILARITY_DATASETS": "distattn.stats.similarity",
+    "evaluate_similarity": "distattn.stats.similarity",
+    "load_similarity_dataset": "distattn.stats.similarity",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'distattn.stats' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -144,14 +144,29 @@ def count_rows(padded, row_ptr, positions, row_lo, row_hi, vocab_size, d_lo, d_h
 
 
 @njit(nogil=True, cache=True)
-def pad_documents(ids, offsets, window):
-    """The padded layout described in the module docstring."""
+def pad_documents(ids, offsets, window, oov_id, drop_oov):
+    """The padded layout described in the module docstring, in one pass over the corpus.
+
+    Out-of-vocabulary tokens (ids < 0, and ``oov_id`` if it is >= 0) are removed
+    (``drop_oov``) or kept in place as -1."""
     n_docs = offsets.shape[0] - 1
-    out = np.full(ids.shape[0] + window * (n_docs + 1), -1, dtype=np.int32)
+    kept = ids.shape[0]
+    if drop_oov:
+        kept = 0
+        for p in range(ids.shape[0]):
+            t = ids[p]
+            if t >= 0 and t != oov_id:
+                kept += 1
+    out = np.full(kept + window * (n_docs + 1), -1, dtype=np.int32)
     q = window
     for i in range(n_docs):
         for p in range(offsets[i], offsets[i + 1]):
-            out[q] = ids[p]
+            t = ids[p]
+            if t < 0 or t == oov_id:
+                if drop_oov:
+                    continue
+                t = -1
+            out[q] = t
             q += 1
         q += window
     return out

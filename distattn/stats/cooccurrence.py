@@ -38,14 +38,16 @@ OOV_MODES = ("drop", "gap")
 _MAX_EXACT_WINDOW = 22
 
 
-def as_ragged(docs, vocab_size: int | None = None, oov_id: int | None = None) -> tuple[RaggedIds, int]:
+def as_ragged(docs, vocab_size: int | None = None) -> tuple[RaggedIds, int, int]:
     """Normalise ``docs`` (:class:`EncodedCorpus`, :class:`RaggedIds` or a sequence of int
-    arrays) to :class:`RaggedIds` whose out-of-vocabulary tokens are -1, and the vocabulary
-    size. For an :class:`EncodedCorpus` the vocabulary's ``<unk>`` id is treated as OOV."""
+    arrays) to :class:`RaggedIds`, the vocabulary size, and an extra id to treat as out of
+    vocabulary (an :class:`EncodedCorpus`'s ``<unk>``; -1 for none). Negative ids are always
+    out of vocabulary."""
+    oov_id = -1
     if isinstance(docs, EncodedCorpus):
         if vocab_size is None:
             vocab_size = len(docs.vocab)
-        if oov_id is None:
+        if docs.vocab.unk_id is not None:
             oov_id = docs.vocab.unk_id
         ragged = docs.tokens
     elif isinstance(docs, RaggedIds):
@@ -64,9 +66,7 @@ def as_ragged(docs, vocab_size: int | None = None, oov_id: int | None = None) ->
     if len(ids) and ids.max() >= vocab_size:
         raise ValueError(f"token id {int(ids.max())} is out of range for vocab_size={vocab_size} "
                          f"(ids must lie in [0, {vocab_size}); negative ids mark out-of-vocabulary tokens)")
-    if oov_id is not None:
-        ragged = RaggedIds(np.where(ids == oov_id, -1, ids).astype(np.int32), ragged.offsets)
-    return ragged, int(vocab_size)
+    return ragged, int(vocab_size), int(oov_id)
 
 
 def _validate(window, weighting, oov, n_jobs):
@@ -126,17 +126,17 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
     _validate(window, weighting, oov, n_jobs)
     if backend not in ("numpy", "dask"):
         raise ValueError(f"backend={backend!r} is not one of ('numpy', 'dask')")
-    ragged, vocab_size = as_ragged(docs, vocab_size)
-    if oov == "drop":
-        ragged = ragged.drop(ragged.ids >= 0)
-    n_in_vocab = int(np.count_nonzero(ragged.ids >= 0))
-    if n_in_vocab == 0:
+    ragged, vocab_size, oov_id = as_ragged(docs, vocab_size)
+    ids = ragged.ids
+    in_vocab = ids[(ids >= 0) & (ids != oov_id)] if oov_id >= 0 else ids[ids >= 0]
+    if len(in_vocab) == 0:
         raise EmptyCorpusError(f"the corpus has {len(ragged)} documents but no in-vocabulary tokens "
                                "(all documents are empty or out of vocabulary)")
-    estimate_memory(ragged, vocab_size, window, symmetric, per_offset, max_memory)
+    estimate_memory(in_vocab, len(ragged), vocab_size, window, symmetric, per_offset, max_memory)
+    del in_vocab
     groups = split_documents(ragged, chunk_tokens)
     spec = dict(vocab_size=vocab_size, window=window, weighting=weighting, symmetric=symmetric,
-                per_offset=per_offset, n_jobs=n_jobs)
+                per_offset=per_offset, oov=oov, oov_id=oov_id, n_jobs=n_jobs)
     if backend == "dask":
         from distattn.stats.distributed import map_reduce_counts
         return map_reduce_counts(ragged, groups, spec, client, n_partitions)
@@ -163,10 +163,11 @@ def _slice_docs(ragged: RaggedIds, lo: int, hi: int) -> RaggedIds:
 
 
 def count_block(ragged: RaggedIds, *, vocab_size: int, window: int, weighting: str, symmetric: bool,
-                per_offset: bool, n_jobs: int | None = None):
+                per_offset: bool, oov: str = "drop", oov_id: int = -1, n_jobs: int | None = None):
     """Unnormalised counts of one group of documents: harmonic weights are the integers
     ``lcm/d`` (see module docstring); :func:`finalize` divides. Returns a csr_array or a list."""
-    padded = _kernels.pad_documents(np.ascontiguousarray(ragged.ids, dtype=np.int32), ragged.offsets, window)
+    padded = _kernels.pad_documents(np.ascontiguousarray(ragged.ids, dtype=np.int32), ragged.offsets, window,
+                                    oov_id, oov == "drop")
     row_ptr, positions = _kernels.bucket_positions(padded, vocab_size)
     scale = harmonic_scale(window) if weighting == "harmonic" else 1
     weights = np.ones(window + 1, dtype=np.float64)
@@ -235,24 +236,23 @@ def _count_rows_parallel(padded, row_ptr, positions, vocab_size, d_lo, d_hi, loo
     return sp.csr_array((data, indices, indptr), shape=(vocab_size, vocab_size))
 
 
-def estimate_memory(ragged: RaggedIds, vocab_size: int, window: int, symmetric: bool, per_offset: bool,
-                    max_memory: int | None = None) -> int:
-    """Upper bound on the bytes counting needs; raises ``MemoryBudgetError`` past the limit."""
-    ids = ragged.ids
-    n = len(ids)
+def estimate_memory(in_vocab_ids: np.ndarray, n_docs: int, vocab_size: int, window: int, symmetric: bool,
+                    per_offset: bool, max_memory: int | None = None) -> int:
+    """Upper bound on the bytes counting needs, from the in-vocabulary token ids; raises
+    ``MemoryBudgetError`` past the limit, before anything large is allocated."""
+    n = len(in_vocab_ids)
     n_mats = window if per_offset else 1
     pairs = (2 if symmetric else 1) * (1 if per_offset else window)
     # Every occurrence of a word adds at most `pairs` distinct columns to its row, and a row has
-    # at most vocab_size columns: bound the stored entries without counting them.
-    # (bincount over the ids present only: the estimate itself must not allocate O(vocab_size))
-    present = ids[ids >= 0]
-    counts = np.bincount(present) if len(present) else np.zeros(1, np.int64)
+    # at most vocab_size columns: bound the stored entries without counting them. (bincount
+    # over the ids present only: the estimate itself must not allocate O(vocab_size).)
+    counts = np.bincount(in_vocab_ids) if n else np.zeros(1, np.int64)
     nnz_bound = float(np.minimum(counts.astype(np.float64) * pairs, vocab_size).sum())
     per_thread_scratch = 24.0 * vocab_size * (os.cpu_count() or 1)
-    nbytes = (n * 12.0 + 4.0 * window * (len(ragged) + 1)  # padded ids + positions
-              + 8.0 * (vocab_size + 1) * (n_mats + 1)         # row pointers
+    nbytes = (n * 12.0 + 4.0 * window * (n_docs + 1)  # padded ids + positions
+              + 8.0 * (vocab_size + 1) * (n_mats + 1)   # row pointers
               + per_thread_scratch
-              + 2 * 12.0 * nnz_bound * n_mats)                 # output, and one copy while assembling
+              + 2 * 12.0 * nnz_bound * n_mats)           # output, and one copy while assembling
     check_memory(nbytes, f"co-occurrence counting (vocab_size={vocab_size:,}, window={window}, "
                          f"{n:,} tokens)", max_memory)
     return int(nbytes)

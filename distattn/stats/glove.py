@@ -41,7 +41,11 @@ overflow file is empty (every pair fitted in the dense table; typical for small 
 counted twice; when the dense table is empty (``-max-product 1``) it emits one record from
 uninitialised memory (seen as ``(0, 0, 0.0)`` and ``(0, 0, 6.9e-310)``). :func:`read_glove_cooccurrence`
 drops records with a rank 0 (never a word) and rejects other out-of-range ranks; the doubled
-first record cannot be detected from the file alone.
+first record cannot be detected from the file alone. With ``-symmetric 1`` a token adds up to
+``2 * window`` overflow records but the buffer is flushed only ``window`` records before it is
+full, so a small ``-overflow-length`` writes past the buffer (AddressSanitizer: heap-buffer-overflow;
+``double free or corruption`` aborts); the ``-memory``-derived default is large enough not to fill
+on IMDB-sized corpora.
 
 Example::
 
@@ -134,6 +138,10 @@ def write_glove_corpus(docs, vocab: Vocabulary | None, path: str | os.PathLike, 
     Returns
     -------
     dict with ``n_docs``, ``n_tokens`` (words written, placeholders included) and ``n_oov``.
+
+    Compare ``cooccur``'s counts with ``cooccurrence(docs, oov="drop")`` on an
+    :class:`EncodedCorpus` (whose ``<unk>`` is out of vocabulary) or on ids whose specials are
+    mapped to -1: on a plain list of arrays ``cooccurrence`` counts ids 0 and 1 as words.
     """
     from distattn.stats.cooccurrence import as_ragged
 
@@ -144,10 +152,12 @@ def write_glove_corpus(docs, vocab: Vocabulary | None, path: str | os.PathLike, 
                 or oov_token == "<unk>"):
             raise ValueError(f"oov_token={oov_token!r} must be a non-empty word without whitespace that is "
                              "not in the vocabulary and is not '<unk>'")
-    ragged, _ = as_ragged(docs, len(vocab), vocab.unk_id)
+    ragged, _, _ = as_ragged(docs, len(vocab))
     n_spec = vocab.n_specials
     table = [oov_token] + words  # index 0: OOV placeholder, then word id - n_spec + 1
     ids = np.asarray(ragged.ids)
+    if vocab.unk_id is not None:
+        ids = np.where(ids == vocab.unk_id, -1, ids)
     offsets = ragged.offsets
     n_docs = len(ragged)
     n_oov = 0
