@@ -1,0 +1,266 @@
+"""Row-by-row agreement between predicted attention (the projection's ``Norm(Q S Qᵀ)``, its
+positional and asymmetric variants) and learned attention heads, always beside two baselines.
+
+Every comparison is between a **target** row (a learned head's attention of query i) and a
+**prediction** row over the same key positions, and uses only the *allowed* keys of the row:
+
+* ``causal=True``: keys ``j <= i`` (a causal model's prefix); otherwise all keys;
+* ``diagonal="keep"``: the query's own position counts like any other key;
+  ``diagonal="drop"``: it is removed (the projection's diagonal is ``S[w, w]``, a statistic of
+  a word with itself that is often an artefact; a causal row 0 then has no key and is skipped).
+
+Both rows are restricted to the allowed keys and re-normalised to sum to 1. A target row with
+no mass there is skipped (``n_skipped``); a prediction row with no mass there (e.g. the
+projection at an out-of-vocabulary token) is read as uniform over the allowed keys
+(``n_fallback``), i.e. "no preference".
+
+Metrics per row, then averaged over all compared rows of all sequences (every row counts once):
+
+* ``js``: Jensen–Shannon divergence ``JS(P, Q) = ½ KL(P ‖ M) + ½ KL(Q ‖ M)``, ``M = (P+Q)/2``,
+  base 2, so in [0, 1] (0 = identical);
+* ``spearman``: Spearman ρ of the two rows (average ranks for ties, as ``scipy.stats.spearmanr``);
+  undefined (NaN, left out of the mean, counted in ``n_spearman``) when a row has fewer than 2
+  allowed keys or either side is constant — so it is always NaN for the uniform baseline;
+* ``top1``: agreement of the argmax. Ties are explicit: the argmax set of a row is every key
+  within ``tie_atol`` of its maximum, and a row scores ``|S_P ∩ S_Q| / (|S_P| |S_Q|)``, the
+  probability that argmaxes broken uniformly at random coincide (1 for equal unique argmaxes;
+  ``1/n`` for the uniform baseline over n keys).
+
+Baselines, built on the same allowed keys: **uniform** attention, and **previous-token**
+attention (all mass on key i-1; row 0 on itself, or uniform when the diagonal is dropped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import xlogy
+
+from distattn.analysis.factored import to_numpy
+
+__all__ = ["DIAGONAL_POLICIES", "allowed_keys", "uniform_attention", "previous_token_attention",
+           "js_divergence", "row_agreement", "AgreementScores", "agreement_scores", "attention_agreement",
+           "head_agreement"]
+
+DIAGONAL_POLICIES = ("keep", "drop")
+BASELINES = ("uniform", "previous_token")
+
+
+def allowed_keys(length: int, causal: bool = False, diagonal: str = "keep") -> np.ndarray:
+    """Boolean (R, R) mask of the keys each query row is compared on."""
+    if diagonal not in DIAGONAL_POLICIES:
+        raise ValueError(f"diagonal must be one of {DIAGONAL_POLICIES}, got {diagonal!r}")
+    mask = np.tril(np.ones((length, length), dtype=bool)) if causal else np.ones((length, length), dtype=bool)
+    if diagonal == "drop":
+        np.fill_diagonal(mask, False)
+    return mask
+
+
+def uniform_attention(length: int, causal: bool = False, diagonal: str = "keep") -> np.ndarray:
+    """Uniform rows over the allowed keys (R, R); rows without keys are zero."""
+    mask = allowed_keys(length, causal, diagonal).astype(np.float64)
+    sums = mask.sum(axis=1, keepdims=True)
+    return np.divide(mask, sums, out=np.zeros_like(mask), where=sums > 0)
+
+
+def previous_token_attention(length: int) -> np.ndarray:
+    """Row i puts all its mass on key i-1; row 0 on itself (R, R)."""
+    A = np.zeros((length, length))
+    A[0, 0] = 1.0
+    A[np.arange(1, length), np.arange(length - 1)] = 1.0
+    return A
+
+
+def js_divergence(P, Q, axis: int = -1) -> np.ndarray:
+    """Jensen–Shannon divergence in bits, in [0, 1], between distributions along ``axis``
+    (inputs must be non-negative and sum to 1)."""
+    P, Q = to_numpy(P), to_numpy(Q)
+    M = (P + Q) / 2.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl_p = xlogy(P, P) - xlogy(P, M)
+        kl_q = xlogy(Q, Q) - xlogy(Q, M)
+    js = 0.5 * (kl_p.sum(axis=axis) + kl_q.sum(axis=axis)) / np.log(2.0)
+    return np.clip(js, 0.0, 1.0)
+
+
+def _restrict(A, mask):
+    A = np.where(mask, A, 0.0)
+    sums = A.sum(axis=1, keepdims=True)
+    return A, sums[:, 0]
+
+
+def _masked_spearman(P, Q, mask) -> np.ndarray:
+    from scipy.stats import rankdata  # scipy.stats takes about a second to import
+
+    n = mask.sum(axis=1).astype(np.float64)
+    rp = rankdata(np.where(mask, P, np.inf), axis=1, method="average")
+    rq = rankdata(np.where(mask, Q, np.inf), axis=1, method="average")
+    w = mask.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mp = (rp * w).sum(1) / n
+        mq = (rq * w).sum(1) / n
+        dp = (rp - mp[:, None]) * w
+        dq = (rq - mq[:, None]) * w
+        num = (dp * dq).sum(1)
+        den = np.sqrt((dp ** 2).sum(1) * (dq ** 2).sum(1))
+        rho = num / den
+    rho[(n < 2) | ~(den > 1e-9)] = np.nan          # ranks are multiples of 1/2: a non-constant row has den >= 1/4
+    return np.clip(rho, -1.0, 1.0)
+
+
+def _top1(P, Q, mask, atol) -> np.ndarray:
+    Pm, Qm = np.where(mask, P, -np.inf), np.where(mask, Q, -np.inf)
+    sp = Pm >= Pm.max(axis=1, keepdims=True) - atol
+    sq = Qm >= Qm.max(axis=1, keepdims=True) - atol
+    sp &= mask
+    sq &= mask
+    return (sp & sq).sum(1) / np.maximum(sp.sum(1) * sq.sum(1), 1)
+
+
+def row_agreement(target, prediction, *, causal: bool = False, diagonal: str = "keep",
+                  tie_atol: float = 1e-12) -> dict:
+    """Per-row metrics of one sequence: ``js``, ``spearman``, ``top1`` (arrays of length R, NaN
+    for skipped rows), and boolean ``compared`` / ``fallback`` (R,)."""
+    T, P = to_numpy(target), to_numpy(prediction)
+    if T.ndim != 2 or T.shape[0] != T.shape[1] or T.shape != P.shape:
+        raise ValueError(f"target and prediction must be (R, R) arrays of the same shape; got {T.shape} and "
+                         f"{P.shape}")
+    for name, A in (("target", T), ("prediction", P)):
+        if not np.all(np.isfinite(A)) or np.any(A < 0):
+            raise ValueError(f"{name} attention must be finite and non-negative")
+    R = T.shape[0]
+    mask = allowed_keys(R, causal, diagonal)
+    T, tsum = _restrict(T, mask)
+    P, psum = _restrict(P, mask)
+    compared = (tsum > 0) & mask.any(axis=1)
+    fallback = compared & ~(psum > 0)
+    uniform = uniform_attention(R, causal, diagonal)
+    P = np.where(fallback[:, None], uniform, P / np.where(psum > 0, psum, 1.0)[:, None])
+    T = T / np.where(tsum > 0, tsum, 1.0)[:, None]
+    nan = np.full(R, np.nan)
+    js, rho, top = nan.copy(), nan.copy(), nan.copy()
+    rows = np.flatnonzero(compared)
+    if rows.size:
+        js[rows] = js_divergence(T[rows], P[rows])
+        rho[rows] = _masked_spearman(T[rows], P[rows], mask[rows])
+        top[rows] = _top1(T[rows], P[rows], mask[rows], tie_atol)
+    return {"js": js, "spearman": rho, "top1": top, "compared": compared, "fallback": fallback}
+
+
+@dataclass
+class AgreementScores:
+    """Row metrics averaged over all compared rows of all sequences.
+
+    ``js_mean``/``js_std`` (bits), ``spearman_mean`` over the ``n_spearman`` rows where it is
+    defined, ``top1`` (mean tie-aware argmax agreement), ``n_rows`` compared, ``n_skipped``
+    (target rows without mass on allowed keys or without allowed keys), ``n_fallback``
+    (prediction rows read as uniform).
+    """
+
+    js_mean: float
+    js_std: float
+    spearman_mean: float
+    n_spearman: int
+    top1: float
+    n_rows: int
+    n_skipped: int
+    n_fallback: int
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _sequences(x, name):
+    if isinstance(x, np.ndarray) and x.ndim == 2:
+        return [x]
+    if isinstance(x, np.ndarray) and x.ndim == 3:
+        return list(x)
+    if hasattr(x, "dim") and hasattr(x, "detach"):
+        return _sequences(to_numpy(x), name)
+    seqs = [to_numpy(s) for s in x]
+    if not seqs:
+        raise ValueError(f"{name} is empty")
+    return seqs
+
+
+def agreement_scores(targets, predictions, *, causal: bool = False, diagonal: str = "keep",
+                     tie_atol: float = 1e-12) -> AgreementScores:
+    """Aggregate :func:`row_agreement` over sequences. ``targets``/``predictions``: one (R, R)
+    array, an (n_seq, R, R) array, or a list of (R_s, R_s) arrays (lengths may differ)."""
+    T, P = _sequences(targets, "targets"), _sequences(predictions, "predictions")
+    if len(T) != len(P):
+        raise ValueError(f"{len(T)} target sequences but {len(P)} prediction sequences")
+    js, rho, top, skipped, fallback = [], [], [], 0, 0
+    for t, p in zip(T, P):
+        r = row_agreement(t, p, causal=causal, diagonal=diagonal, tie_atol=tie_atol)
+        c = r["compared"]
+        js.append(r["js"][c])
+        rho.append(r["spearman"][c])
+        top.append(r["top1"][c])
+        skipped += int((~c).sum())
+        fallback += int(r["fallback"].sum())
+    js, rho, top = np.concatenate(js), np.concatenate(rho), np.concatenate(top)
+    defined = ~np.isnan(rho)
+    n = int(js.size)
+    return AgreementScores(js_mean=float(js.mean()) if n else float("nan"),
+                           js_std=float(js.std()) if n else float("nan"),
+                           spearman_mean=float(rho[defined].mean()) if defined.any() else float("nan"),
+                           n_spearman=int(defined.sum()), top1=float(top.mean()) if n else float("nan"),
+                           n_rows=n, n_skipped=skipped, n_fallback=fallback)
+
+
+def _baseline(name: str, R: int, causal: bool, diagonal: str) -> np.ndarray:
+    if name == "uniform":
+        return uniform_attention(R, causal, diagonal)
+    return previous_token_attention(R)
+
+
+def attention_agreement(targets, predictions, *, causal: bool = False, diagonal: str = "keep",
+                        tie_atol: float = 1e-12) -> dict[str, AgreementScores]:
+    """:func:`agreement_scores` of ``predictions`` against ``targets`` and of the two baselines
+    against the same targets: ``{"prediction": ..., "uniform": ..., "previous_token": ...}``.
+    ``predictions`` may also be a dict ``{name: sequences}`` for several predictors at once."""
+    T = _sequences(targets, "targets")
+    preds = predictions if isinstance(predictions, dict) else {"prediction": predictions}
+    out = {name: agreement_scores(T, p, causal=causal, diagonal=diagonal, tie_atol=tie_atol)
+           for name, p in preds.items()}
+    for name in BASELINES:
+        base = [_baseline(name, t.shape[0], causal, diagonal) for t in T]
+        out[name] = agreement_scores(T, base, causal=causal, diagonal=diagonal, tie_atol=tie_atol)
+    return out
+
+
+def head_agreement(head_patterns, predictions, *, causal: bool = False, diagonal: str = "keep",
+                   tie_atol: float = 1e-12) -> list[dict]:
+    """Agreement of every learned head with each predictor and the baselines.
+
+    Parameters
+    ----------
+    head_patterns : list over sequences of arrays (layers, heads, R_s, R_s) (or one
+        (n_seq, layers, heads, R, R) array) — e.g. the models' ``hook_pattern`` captures.
+    predictions : dict ``{name: list over sequences of (R_s, R_s)}`` (e.g. ``"projection"``,
+        ``"positional"``, ``"asymmetric"``), or a single such list (named "projection").
+
+    Returns
+    -------
+    list of dicts ``{"layer", "head", "predictor", **AgreementScores.to_dict()}``, predictors
+    first, then ``"uniform"`` and ``"previous_token"``, for every (layer, head).
+    """
+    H = [to_numpy(h) for h in head_patterns]
+    if not H:
+        raise ValueError("head_patterns is empty")
+    if any(h.ndim != 4 for h in H):
+        raise ValueError(f"each sequence's head patterns must be (layers, heads, R, R); got shapes "
+                         f"{sorted({h.shape for h in H})[:3]}")
+    n_layers, n_heads = H[0].shape[:2]
+    preds = predictions if isinstance(predictions, dict) else {"projection": predictions}
+    preds = {k: _sequences(v, k) for k, v in preds.items()}
+    rows = []
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            targets = [h[layer, head] for h in H]
+            scores = attention_agreement(targets, preds, causal=causal, diagonal=diagonal, tie_atol=tie_atol)
+            for name, s in scores.items():
+                rows.append({"layer": layer, "head": head, "predictor": name, **s.to_dict()})
+    return rows

@@ -1,0 +1,172 @@
+"""Vocabulary-space circuits against corpus statistics.
+
+A head's QK circuit ``W_E W_Q (W_E W_K)ᵀ`` (vocab × vocab, factored) gives the pre-softmax
+score a query word assigns a key word; PPMI gives the corpus's association of the two words.
+:func:`qk_pmi_correlation` asks whether they rank word pairs alike, :func:`circuit_spectra`
+and :func:`circuit_alignment` compare their spectra and dominant subspaces head by head.
+
+Pairs and matching (:func:`qk_pmi_correlation`), for the top-N word ids ``w_1..w_N``:
+
+* the pairs are the ordered pairs ``(a, b)``, ``a != b`` (query ``a``, key ``b``): N(N-1) of
+  them. The diagonal is left out because a word's PPMI with itself mostly measures repetition
+  and a head's self-score is dominated by ``‖W_E[a]‖``;
+* ``orientation="query_key"`` pairs ``QK[a, b]`` with ``PPMI[a, b]``; ``"key_query"`` with
+  ``PPMI[b, a]``. For a symmetric PPMI the two are the same. For a directional PPMI built from
+  ``D[i, j] = #(j within the window after i)`` (``cooccurrence(..., symmetric=False)``) and a
+  causal model, the key ``b`` precedes the query ``a``, so "key_query" (``D[b, a]``: "a after
+  b") is the matching statistic; "query_key" asks whether a head attends to words that tend to
+  *follow* the query;
+* two values are reported: over **all** pairs (zero-PPMI pairs included, where they form one
+  large tie) and over the pairs with **PPMI > 0** only;
+* Spearman's ρ is ``scipy.stats.spearmanr``: Pearson correlation of average ranks (ties get
+  the mean of the ranks they span). ``n_pairs`` is returned with each value; ρ is NaN when one
+  side is constant or fewer than 3 pairs remain.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from distattn.analysis.factored import FactoredMatrix, _looks_factored, as_factored, to_numpy
+from distattn.analysis.spectra import (Spectrum, SubspaceAlignment, principal_angles, spectrum,
+                                      top_singular_vectors)
+from distattn.memory import check_memory
+
+__all__ = ["ORIENTATIONS", "PMICorrelation", "qk_pmi_correlation", "circuit_spectra", "circuit_alignment",
+           "top_frequent_ids"]
+
+ORIENTATIONS = ("query_key", "key_query")
+
+
+@dataclass
+class PMICorrelation:
+    """Spearman ρ between QK scores and PPMI over ordered pairs of distinct top-N words."""
+
+    rho_all: float
+    pvalue_all: float
+    n_pairs_all: int
+    rho_positive: float
+    pvalue_positive: float
+    n_pairs_positive: int
+    n_words: int
+    orientation: str
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def top_frequent_ids(counts, n: int, exclude=()) -> np.ndarray:
+    """Ids of the ``n`` most frequent words given per-id counts (e.g. row sums of the
+    co-occurrence matrix or the vocabulary's counts), ties broken by the smaller id; ids in
+    ``exclude`` (specials) are skipped."""
+    counts = np.asarray(counts, dtype=np.float64).ravel().copy()
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    counts[np.asarray(list(exclude), dtype=np.int64)] = -np.inf
+    order = np.lexsort((np.arange(counts.size), -counts))
+    order = order[np.isfinite(counts[order])]
+    return order[:n]
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    if x.size < 3 or np.all(x == x[0]) or np.all(y == y[0]):
+        return float("nan"), float("nan")
+    from scipy import stats  # about a second to import
+
+    res = stats.spearmanr(x, y)
+    return float(res.statistic), float(res.pvalue)
+
+
+def qk_pmi_correlation(qk, ppmi, word_ids, *, orientation: str = "query_key") -> PMICorrelation:
+    """Spearman correlation between a head's vocabulary-space QK scores and PPMI.
+
+    Parameters
+    ----------
+    qk : factored (vocab, vocab) matrix (:class:`FactoredMatrix`, object with left/right or
+        A/B, ``(left, right)`` tuple: ``(W_E W_Q, (W_E W_K)ᵀ)``) or a dense (vocab, vocab) array.
+        Only the N × N block ``(E_N W_Q)(E_N W_K)ᵀ`` is formed.
+    ppmi : scipy.sparse or dense (vocab, vocab), rows and columns indexed like the model's
+        vocabulary.
+    word_ids : int array (N,), distinct
+        The words compared, e.g. :func:`top_frequent_ids` (N up to a few thousand: the two
+        N × N blocks are dense).
+    orientation : {"query_key", "key_query"}
+        See the module docstring.
+
+    Returns
+    -------
+    PMICorrelation
+    """
+    if orientation not in ORIENTATIONS:
+        raise ValueError(f"orientation must be one of {ORIENTATIONS}, got {orientation!r}")
+    ids = np.asarray(word_ids)
+    if ids.ndim != 1 or ids.size < 2 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"word_ids must be a 1-D integer array of at least 2 ids, got {ids!r:.80}")
+    if np.unique(ids).size != ids.size:
+        raise ValueError("word_ids must be distinct")
+    N = ids.size
+    check_memory(8 * 4 * N * N, f"qk_pmi_correlation over {N} words (dense {N} x {N} blocks)")
+    if sp.issparse(ppmi):
+        P = sp.csr_array(ppmi)
+        vocab = P.shape
+    else:
+        P = to_numpy(ppmi)
+        vocab = P.shape
+    if len(vocab) != 2 or ids.min() < 0 or ids.max() >= min(vocab):
+        raise ValueError(f"word_ids must lie in [0, {min(vocab)}) for a ppmi of shape {vocab}")
+    if not (isinstance(qk, (FactoredMatrix, tuple)) or _looks_factored(qk)):
+        Q = to_numpy(qk)
+        if Q.ndim != 2:
+            raise ValueError(f"a dense qk must be 2-D (vocab, vocab), got shape {Q.shape}")
+        block = Q[np.ix_(ids, ids)]
+    else:
+        F = as_factored(qk)
+        if F.ndim != 2:
+            raise ValueError(f"qk has shape {F.shape}: pass one head (e.g. qk[h])")
+        block = F.submatrix(ids, ids)
+    pblock = P[ids][:, ids].toarray() if sp.issparse(P) else P[np.ix_(ids, ids)]
+    pblock = np.asarray(pblock, dtype=np.float64)
+    if orientation == "key_query":
+        pblock = pblock.T
+    off = ~np.eye(N, dtype=bool)
+    x, y = block[off], pblock[off]
+    rho_a, p_a = _spearman(x, y)
+    pos = y > 0
+    rho_p, p_p = _spearman(x[pos], y[pos])
+    return PMICorrelation(rho_all=rho_a, pvalue_all=p_a, n_pairs_all=int(x.size), rho_positive=rho_p,
+                          pvalue_positive=p_p, n_pairs_positive=int(pos.sum()), n_words=int(N),
+                          orientation=orientation)
+
+
+def circuit_spectra(circuit, name: str = "circuit") -> list[Spectrum]:
+    """One :class:`Spectrum` per head of a factored circuit of shape (n_heads, m, n) (or a
+    single (m, n) one), from the small core only; names are ``f"{name}[h]"``."""
+    F = as_factored(circuit)
+    if F.ndim == 2:
+        return [spectrum(F, name=name)]
+    if F.ndim != 3:
+        raise ValueError(f"expected a (n_heads, m, n) or (m, n) factored circuit, got shape {F.shape}")
+    return [spectrum(F[h], name=f"{name}[{h}]") for h in range(F.shape[0])]
+
+
+def circuit_alignment(statistic, circuit, k: int, side: str = "left", **kwargs) -> list[SubspaceAlignment]:
+    """:func:`subspace_alignment` of ``statistic`` (e.g. sparse PPMI) with each head of a
+    factored circuit (n_heads, vocab, vocab). ``k`` must not exceed the head dimension. The
+    statistic's top-k vectors are computed once."""
+    F = as_factored(circuit)
+    heads = [F] if F.ndim == 2 else [F[h] for h in range(F.shape[0])]
+    U = top_singular_vectors(statistic, k, side, **kwargs)
+    out = []
+    for head in heads:
+        V = top_singular_vectors(head, k, side)
+        if V.shape[0] != U.shape[0]:
+            raise ValueError(f"the statistic has {U.shape[0]} {side} dimensions, the circuit {V.shape[0]}")
+        theta = principal_angles(U, V)
+        cos = np.cos(theta)
+        out.append(SubspaceAlignment(cosines=cos, angles_deg=np.degrees(theta), mean_cos2=float(np.mean(cos ** 2)),
+                                     chance=float(k / U.shape[0]), k=int(k), side=side))
+    return out

@@ -1,0 +1,243 @@
+"""Attention matrices and PPMI neighbourhoods as networkx graphs (seed 001, "Graph-Theoretic
+Interpretation": tokens are nodes, attention weights directed edges).
+
+Sequence level. :func:`attention_graph` turns an R × R attention matrix ``A`` (rows = queries,
+summing to 1) into a ``networkx.DiGraph`` with nodes ``0..R-1`` (attributes ``position``,
+``token``) and an edge ``i -> j`` of ``weight`` ``A[i, j]`` ("query i attends to key j"; the
+information moves the other way, from j into i). With this orientation ``A`` is the transition
+matrix of a random walk on the graph, so
+
+* PageRank (:func:`pagerank`) is the stationary attention mass of each token (with the usual
+  teleport ``1 - damping``);
+* weighted in-degree (:func:`in_degree`) ``Σ_i A[i, j]`` is the total attention token j receives;
+* row entropy (:func:`row_entropy`) is how spread each query's attention is;
+* the spectral gap ``1 - |λ_2|`` of the row-stochastic ``A`` (:func:`spectral_gap`) is how fast
+  repeated attention mixes tokens (1 for uniform attention, 0 for the identity or any
+  reducible pattern).
+
+Corpus level. :func:`word_neighbourhood` takes a word's top-k PPMI neighbours and the PPMI
+edges among them; :func:`sense_communities` splits the neighbours (without the word itself,
+which touches all of them) into Louvain communities, so that a polysemous word such as "bank"
+shows one community per sense.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from distattn.analysis.factored import to_numpy
+from distattn.analysis.information import entropy
+from distattn.atomic import atomic_path
+
+__all__ = ["attention_graph", "pagerank", "in_degree", "row_entropy", "spectral_gap", "graph_metrics",
+           "write_graphml", "word_neighbourhood", "SenseCommunities", "sense_communities"]
+
+
+def _attention(A, name: str = "attention", stochastic: bool = True, atol: float = 1e-6) -> np.ndarray:
+    A = to_numpy(A)
+    if A.ndim != 2 or A.shape[0] != A.shape[1] or A.shape[0] == 0:
+        raise ValueError(f"{name} must be a square (R, R) matrix, got shape {A.shape}")
+    if not np.all(np.isfinite(A)) or np.any(A < 0):
+        raise ValueError(f"{name} must be finite and non-negative")
+    if stochastic:
+        sums = A.sum(axis=1)
+        if not np.allclose(sums, 1.0, atol=atol):
+            raise ValueError(f"{name} must be row-stochastic (rows summing to 1 within {atol}); row sums range "
+                             f"{sums.min():.6g}..{sums.max():.6g} — normalise rows first")
+    return A
+
+
+def attention_graph(attention, tokens=None, threshold: float = 0.0):
+    """``networkx.DiGraph`` of one attention matrix (R, R): edge ``i -> j`` with ``weight``
+    ``A[i, j]`` for every entry above ``threshold``; nodes carry ``position`` and ``token``
+    (``tokens[i]`` or ``""``)."""
+    import networkx as nx
+
+    A = _attention(attention, stochastic=False)
+    R = A.shape[0]
+    if tokens is not None and len(tokens) != R:
+        raise ValueError(f"tokens has {len(tokens)} labels but the attention has {R} positions")
+    G = nx.DiGraph()
+    G.add_nodes_from((k, {"position": k, "token": "" if tokens is None else str(tokens[k])}) for k in range(R))
+    i, j = np.nonzero(A > threshold)
+    G.add_weighted_edges_from(zip(i.tolist(), j.tolist(), A[i, j].tolist()))
+    return G
+
+
+def pagerank(attention, damping: float = 0.85) -> np.ndarray:
+    """PageRank (R,) of the attention graph, ``networkx.pagerank`` with edge weights; sums to 1.
+    Uniform attention gives ``1/R`` everywhere."""
+    import networkx as nx
+
+    A = _attention(attention)
+    G = attention_graph(A)
+    pr = nx.pagerank(G, alpha=damping, weight="weight", tol=1e-12, max_iter=1000)
+    return np.array([pr[k] for k in range(A.shape[0])])
+
+
+def in_degree(attention) -> np.ndarray:
+    """Weighted in-degree (R,): ``Σ_i A[i, j]``, the attention each token receives (sums to R
+    for a row-stochastic A)."""
+    return _attention(attention, stochastic=False).sum(axis=0)
+
+
+def row_entropy(attention, base="e") -> np.ndarray:
+    """Entropy of each row (R,), nats by default (``base=2`` for bits); ``log R`` for uniform
+    attention, 0 for one-hot rows."""
+    return entropy(_attention(attention), base=base, axis=1)
+
+
+def spectral_gap(attention) -> float:
+    """``1 - |λ_2|`` of the row-stochastic A, eigenvalues sorted by modulus (``|λ_1| = 1``).
+
+    1 for uniform attention (rank one: λ_2 = 0), 0 for the identity. A causal (lower-triangular)
+    pattern has its diagonal as eigenvalues.
+    """
+    A = _attention(attention)
+    if A.shape[0] == 1:
+        return 1.0
+    mod = np.sort(np.abs(np.linalg.eigvals(A)))[::-1]
+    return float(max(0.0, 1.0 - mod[1]))
+
+
+def graph_metrics(attention, tokens=None, damping: float = 0.85) -> dict:
+    """All four sequence-level metrics: ``pagerank``, ``in_degree``, ``row_entropy`` (arrays of
+    length R), ``spectral_gap`` (float), plus ``tokens``."""
+    return {"tokens": None if tokens is None else [str(t) for t in tokens],
+            "pagerank": pagerank(attention, damping), "in_degree": in_degree(attention),
+            "row_entropy": row_entropy(attention), "spectral_gap": spectral_gap(attention)}
+
+
+def _graphml_safe(G):
+    """Copy with plain Python attribute values (GraphML cannot store numpy scalars, tuples or None)."""
+    import networkx as nx
+
+    def clean(d):
+        out = {}
+        for k, v in d.items():
+            if v is None:
+                continue
+            if isinstance(v, np.generic):
+                v = v.item()
+            if not isinstance(v, (str, int, float, bool)):
+                v = str(v)
+            out[k] = v
+        return out
+
+    H = nx.DiGraph() if G.is_directed() else nx.Graph()
+    H.graph.update(clean(G.graph))
+    names = {n: (n if isinstance(n, (str, int)) else "_".join(map(str, n)) if isinstance(n, tuple) else str(n))
+             for n in G.nodes}
+    H.add_nodes_from((names[n], clean(d)) for n, d in G.nodes(data=True))
+    H.add_edges_from((names[a], names[b], clean(d)) for a, b, d in G.edges(data=True))
+    return H
+
+
+def write_graphml(G, path: str | os.PathLike) -> None:
+    """Write ``G`` as GraphML atomically (temporary file, then rename). Tuple node names such as
+    ``(layer, position)`` become ``"layer_position"``; numpy scalars become Python numbers."""
+    import networkx as nx
+
+    with atomic_path(path, suffix=".graphml") as tmp:
+        nx.write_graphml(_graphml_safe(G), tmp)
+
+
+# --------------------------------------------------------------------------- PPMI graphs
+
+def _word_index(word, words) -> int:
+    if isinstance(word, (numbers.Integral, np.integer)) and not isinstance(word, bool):
+        return int(word)
+    if words is None:
+        raise ValueError(f"word {word!r} is a string, so words (the id -> word list) is needed")
+    try:
+        return list(words).index(word)
+    except ValueError:
+        raise KeyError(f"{word!r} is not in the vocabulary ({len(words)} words)") from None
+
+
+def word_neighbourhood(ppmi, word, k: int = 30, words=None, *, include_word: bool = True):
+    """Undirected graph of a word's top-``k`` PPMI neighbours and the PPMI edges among them.
+
+    Neighbours: the k largest positive entries of row ``word`` (itself excluded), ties broken
+    by the smaller id. Edge weights: ``(P[a, b] + P[b, a]) / 2`` (equal to ``P[a, b]`` for a
+    symmetric PPMI) where positive. With ``include_word`` the word is a node too, joined to each
+    neighbour. Nodes are ids with attributes ``word`` (if ``words`` given) and ``ppmi`` (to the
+    centre word).
+    """
+    import networkx as nx
+
+    P = sp.csr_array(ppmi, dtype=np.float64)
+    if P.ndim != 2 or P.shape[0] != P.shape[1]:
+        raise ValueError(f"ppmi must be square (vocab, vocab), got shape {P.shape}")
+    c = _word_index(word, words)
+    if not 0 <= c < P.shape[0]:
+        raise ValueError(f"word id {c} is out of range for a vocabulary of {P.shape[0]}")
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    row = P[[c]]
+    cols, vals = row.indices, row.data
+    keep = (cols != c) & (vals > 0)
+    cols, vals = cols[keep], vals[keep]
+    order = np.lexsort((cols, -vals))[:k]
+    nbrs, weights = cols[order], vals[order]
+    sub = P[nbrs][:, nbrs].toarray()
+    sub = (sub + sub.T) / 2
+    G = nx.Graph()
+    label = (lambda i: str(words[i])) if words is not None else (lambda i: str(i))
+    G.add_nodes_from((int(n), {"word": label(n), "ppmi": float(w)}) for n, w in zip(nbrs, weights))
+    a, b = np.nonzero(np.triu(sub, 1) > 0)
+    G.add_weighted_edges_from(zip(nbrs[a].tolist(), nbrs[b].tolist(), sub[a, b].tolist()))
+    if include_word:
+        G.add_node(c, word=label(c), ppmi=0.0, centre=True)
+        G.add_weighted_edges_from((c, int(n), float(w)) for n, w in zip(nbrs, weights))
+    return G
+
+
+@dataclass
+class SenseCommunities:
+    """Louvain communities of a word's PPMI neighbours, largest share first.
+
+    ``communities``: lists of neighbour words (or ids), each sorted by PPMI with the word;
+    ``share``: each community's fraction of the word's total PPMI to its neighbours;
+    ``modularity``: of the partition on the neighbour graph.
+    """
+
+    word: str
+    communities: list
+    share: list
+    modularity: float
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def sense_communities(ppmi, word, k: int = 30, words=None, *, seed: int = 0,
+                      resolution: float = 1.0) -> SenseCommunities:
+    """Split ``word``'s top-k PPMI neighbours into communities
+    (``networkx.community.louvain_communities`` with ``seed``, on the neighbour graph *without*
+    the word). For a polysemous word each sense should form its own community ("bank": river,
+    shore, water... vs loan, money, deposit...). Isolated neighbours form singleton
+    communities."""
+    import networkx as nx
+
+    G = word_neighbourhood(ppmi, word, k, words, include_word=False)
+    if G.number_of_nodes() == 0:
+        raise ValueError(f"{word!r} has no positive PPMI neighbours")
+    parts = nx.community.louvain_communities(G, weight="weight", resolution=resolution, seed=seed)
+    modularity = nx.community.modularity(G, parts, weight="weight") if G.number_of_edges() else 0.0
+    ppmi_to = nx.get_node_attributes(G, "ppmi")
+    total = sum(ppmi_to.values())
+    ranked = []
+    for part in parts:
+        members = sorted(part, key=lambda n: (-ppmi_to[n], n))
+        ranked.append((sum(ppmi_to[n] for n in members) / total, members))
+    ranked.sort(key=lambda x: (-x[0], x[1][0]))
+    label = (lambda i: str(words[i])) if words is not None else (lambda i: int(i))
+    return SenseCommunities(word=str(word) if words is None or isinstance(word, str) else str(words[int(word)]),
+                            communities=[[label(n) for n in members] for _, members in ranked],
+                            share=[float(s) for s, _ in ranked], modularity=float(modularity))

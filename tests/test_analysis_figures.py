@@ -1,0 +1,57 @@
+"""distattn.analysis.figures: every figure is written (atomically) as PNG or SVG."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import require
+
+require("matplotlib")
+
+from distattn.analysis import (FactoredMatrix, agreement_scores, attention_agreement,  # noqa: E402
+                               cka_matrix, linear_kernel, rbf_kernel, spectrum)
+from distattn.analysis import figures  # noqa: E402
+
+PNG = b"\x89PNG\r\n\x1a\n"
+rng = np.random.default_rng(0)
+
+
+def _rows(R, seed):
+    A = np.random.default_rng(seed).random((R, R)) ** 3
+    return A / A.sum(1, keepdims=True)
+
+
+def _ok(path, kind="png"):
+    data = path.read_bytes()
+    assert len(data) > 2000
+    assert data.startswith(PNG) if kind == "png" else b"<svg" in data[:2000]
+    assert not list(path.parent.glob(".*part*"))
+
+
+def test_spectra_plot(tmp_path):
+    specs = [spectrum(rng.standard_normal((40, 30)), name="gaussian"),
+             spectrum(FactoredMatrix(rng.standard_normal((40, 5)), rng.standard_normal((5, 40))), name="QK head")]
+    _ok(figures.plot_spectra(specs, tmp_path / "spectra.png"))
+    _ok(figures.plot_spectra({"a": [3, 2, 1]}, tmp_path / "spectra.svg", normalize=True), "svg")
+    with pytest.raises(ValueError, match=".png"):
+        figures.plot_spectra(specs, tmp_path / "spectra.jpg")
+
+
+def test_attention_heatmaps_and_graph(tmp_path):
+    tokens = "the river bank flooded after rain".split()
+    mats = {"projection": _rows(6, 1), "L0 H0": _rows(6, 2), "L0 H1": np.tril(_rows(6, 3))}
+    _ok(figures.plot_attention_comparison(mats, tmp_path / "heat.png", tokens=tokens))
+    _ok(figures.plot_attention_graph(_rows(6, 4), tmp_path / "graph.png", tokens=tokens))
+    with pytest.raises(ValueError, match="tokens"):
+        figures.plot_attention_comparison(mats, tmp_path / "x.png", tokens=tokens[:3])
+
+
+def test_cka_and_agreement_plots(tmp_path):
+    X = rng.standard_normal((8, 3))
+    names, C = cka_matrix({"linear": linear_kernel(X), "rbf": rbf_kernel(X), "attention": _rows(8, 5)})
+    _ok(figures.plot_cka_matrix(names, C, tmp_path / "cka.png"))
+    T = [np.tril(_rows(6, s)) / np.tril(_rows(6, s)).sum(1, keepdims=True) for s in range(3)]
+    scores = attention_agreement(T, [_rows(6, s + 7) for s in range(3)], causal=True)
+    scores["self"] = agreement_scores(T, T, causal=True)
+    _ok(figures.plot_agreement(scores, tmp_path / "agreement.png"))

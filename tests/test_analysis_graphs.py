@@ -1,0 +1,182 @@
+"""distattn.analysis: attention graphs, PPMI sense communities, rollout and attention flow."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from distattn.analysis import (attention_flow, attention_flow_reference, attention_graph, attention_rollout,
+                               flow_network, graph_metrics, in_degree, pagerank, residual_attention, row_entropy,
+                               sense_communities, spectral_gap, word_neighbourhood, write_graphml)
+
+rng = np.random.default_rng(0)
+
+
+def _attention(shape, causal=False, seed=0):
+    g = np.random.default_rng(seed)
+    A = g.random(shape) ** 3
+    if causal:
+        A = np.tril(A)
+    return A / A.sum(-1, keepdims=True)
+
+
+# --------------------------------------------------------------------------- sequence graphs
+
+def test_attention_graph_edges_and_labels():
+    A = _attention((4, 4), causal=True)
+    G = attention_graph(A, tokens=["the", "river", "bank", "flooded"])
+    assert G.number_of_nodes() == 4 and G.number_of_edges() == 10        # lower triangle incl. diagonal
+    assert G.nodes[2]["token"] == "bank"
+    assert G[3][1]["weight"] == pytest.approx(A[3, 1])
+    assert not G.has_edge(1, 3)
+
+
+def test_uniform_and_identity_closed_forms():
+    R = 5
+    U = np.full((R, R), 1 / R)
+    np.testing.assert_allclose(pagerank(U), np.full(R, 1 / R), atol=1e-9)
+    np.testing.assert_allclose(in_degree(U), np.ones(R))
+    np.testing.assert_allclose(row_entropy(U), np.log(R))
+    np.testing.assert_allclose(row_entropy(U, base=2), np.log2(R))
+    assert spectral_gap(U) == pytest.approx(1.0)
+    assert spectral_gap(np.eye(R)) == pytest.approx(0.0)
+    np.testing.assert_allclose(row_entropy(np.eye(R)), 0.0)
+
+
+def test_pagerank_closed_form_and_numpy_cross_check():
+    R, d = 6, 0.85
+    star = np.zeros((R, R))
+    star[:, 0] = 1.0                                    # everyone attends to token 0
+    pr = pagerank(star, damping=d)
+    assert pr[0] == pytest.approx((1 - d) / R + d)
+    np.testing.assert_allclose(pr[1:], (1 - d) / R)
+    A = _attention((R, R), seed=2)
+    p = np.full(R, 1 / R)
+    for _ in range(500):                                # power iteration of the Google matrix
+        p = (1 - d) / R + d * p @ A
+    np.testing.assert_allclose(pagerank(A, d), p, atol=1e-9)
+
+
+def test_spectral_gap_of_causal_pattern_reads_the_diagonal():
+    A = _attention((5, 5), causal=True, seed=3)
+    diag = np.sort(np.abs(np.diag(A)))[::-1]
+    assert spectral_gap(A) == pytest.approx(max(0.0, 1 - diag[1]))
+    with pytest.raises(ValueError, match="row-stochastic"):
+        spectral_gap(2 * A)
+
+
+def test_graph_metrics_and_graphml_round_trip(tmp_path):
+    A = _attention((4, 4))
+    m = graph_metrics(A, tokens=list("abcd"))
+    assert set(m) == {"tokens", "pagerank", "in_degree", "row_entropy", "spectral_gap"}
+    write_graphml(attention_graph(A, tokens=list("abcd")), tmp_path / "att.graphml")
+    H = nx.read_graphml(tmp_path / "att.graphml")
+    assert H.number_of_edges() == 16
+    assert H.nodes["2"]["token"] == "c"
+    assert float(H["1"]["3"]["weight"]) == pytest.approx(A[1, 3])
+    write_graphml(flow_network(np.stack([A, A]), tokens=list("abcd")), tmp_path / "flow.graphml")
+    F = nx.read_graphml(tmp_path / "flow.graphml")
+    assert F.number_of_nodes() == 12 and "0_2" in F and F.nodes["0_2"]["token"] == "c"
+    assert not list(tmp_path.glob(".*part*"))
+
+
+# --------------------------------------------------------------------------- PPMI sense communities
+
+WORDS = ["bank", "river", "water", "shore", "flood", "loan", "money", "deposit", "credit", "the", "of"]
+
+
+def _bank_ppmi():
+    n = len(WORDS)
+    P = np.zeros((n, n))
+    nature, finance = [1, 2, 3, 4], [5, 6, 7, 8]
+    for group in (nature, finance):
+        for a in group:
+            for b in group:
+                if a != b:
+                    P[a, b] = 1.0 + 0.1 * (a + b)
+    P[0, 1:9] = P[1:9, 0] = np.linspace(2.0, 1.2, 8)
+    P[9, 10] = P[10, 9] = 0.5                          # unrelated words, not neighbours of "bank"
+    return sp.csr_array(P)
+
+
+def test_word_neighbourhood_top_k_and_mutual_edges():
+    G = word_neighbourhood(_bank_ppmi(), "bank", k=5, words=WORDS)
+    assert sorted(G.nodes[n]["word"] for n in G) == ["bank", "flood", "loan", "river", "shore", "water"]
+    assert G.has_edge(1, 2) and not G.has_edge(4, 5)     # mutual edges only within a sense
+    assert G.degree(0) == 5
+
+
+def test_sense_communities_separate_the_two_banks():
+    res = sense_communities(_bank_ppmi(), "bank", k=8, words=WORDS, seed=0)
+    assert sorted(map(sorted, res.communities)) == [["credit", "deposit", "loan", "money"],
+                                                    ["flood", "river", "shore", "water"]]
+    assert sum(res.share) == pytest.approx(1.0) and res.modularity > 0.4
+    assert res.communities[0][0] == "river"             # the larger share first, members by PPMI
+    with pytest.raises(KeyError, match="vocabulary"):
+        sense_communities(_bank_ppmi(), "bnak", words=WORDS)
+
+
+# --------------------------------------------------------------------------- rollout and flow
+
+def test_residual_attention_and_rollout_closed_form():
+    R, L = 5, 3
+    U = np.full((L, R, R), 1 / R)
+    hat = residual_attention(U[0])
+    np.testing.assert_allclose(hat, 0.5 / R + 0.5 * np.eye(R))
+    # Â = ½J + ½I with J = 11ᵀ/R idempotent: Â^L = 2^-L I + (1 - 2^-L) J
+    expected = 0.5 ** L * np.eye(R) + (1 - 0.5 ** L) / R
+    np.testing.assert_allclose(attention_rollout(U), expected, atol=1e-12)
+    np.testing.assert_allclose(attention_rollout(np.eye(R)[None].repeat(4, 0)), np.eye(R))
+    per = attention_rollout(U, per_layer=True)
+    assert per.shape == (L, R, R)
+    np.testing.assert_allclose(per[0], hat)
+
+
+def test_flow_of_identity_attention_is_identity():
+    np.testing.assert_allclose(attention_flow(np.eye(6)[None].repeat(3, 0)), np.eye(6), atol=1e-12)
+
+
+def _abnar_zuidema_flow(A_hat):
+    """Independent reference: A&Z's own construction (edges from the upper layer down,
+    flow from output to input), networkx Edmonds–Karp."""
+    L, R, _ = A_hat.shape
+    G = nx.DiGraph()
+    for layer in range(1, L + 1):
+        for i in range(R):
+            for j in range(R):
+                if A_hat[layer - 1, i, j] > 0:
+                    G.add_edge((layer, i), (layer - 1, j), capacity=A_hat[layer - 1, i, j])
+    out = np.zeros((R, R))
+    for i in range(R):
+        for j in range(R):
+            out[i, j] = nx.maximum_flow_value(G, (L, i), (0, j), flow_func=nx.algorithms.flow.edmonds_karp)
+    return out
+
+
+@pytest.mark.parametrize("layers,length,causal", [(1, 5, False), (2, 6, False), (2, 6, True), (3, 5, False),
+                                                  (3, 6, True), (4, 5, False)])
+def test_attention_flow_equals_networkx_max_flow(layers, length, causal):
+    A = _attention((layers, 2, length, length), causal=causal, seed=layers * 10 + length)   # two heads, averaged
+    hat = residual_attention(A.mean(axis=1))
+    reference = _abnar_zuidema_flow(hat)
+    np.testing.assert_allclose(attention_flow(A), reference, atol=1e-10)
+    np.testing.assert_allclose(attention_flow_reference(A), reference, atol=1e-10)
+    if layers >= 2:
+        np.testing.assert_allclose(attention_flow(A, method="dinic"), reference, atol=1e-10)
+
+
+def test_attention_flow_options():
+    A = _attention((2, 6, 6), seed=7)
+    full = attention_flow(A)
+    np.testing.assert_allclose(attention_flow(A, outputs=[5, 0]), full[[5, 0]])
+    norm = attention_flow(A, normalize=True)
+    np.testing.assert_allclose(norm.sum(1), 1.0)
+    assert np.all(full <= 1 + 1e-12)
+    with pytest.raises(ValueError, match="closed form"):
+        attention_flow(_attention((3, 4, 4)), method="closed_form")
+    with pytest.raises(ValueError, match="outputs"):
+        attention_flow(A, outputs=[6])
+    with pytest.raises(ValueError, match="shape"):
+        attention_flow(np.ones((2, 3, 4)))

@@ -1,0 +1,237 @@
+"""distattn.analysis: factored matrices, spectra, subspace angles, QK–PMI correlation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.sparse as sp
+
+from distattn.analysis import (FactoredMatrix, as_factored, circuit_alignment, circuit_spectra, effective_rank,
+                               energy_fraction, power_law_fit, principal_angles, qk_pmi_correlation, spectrum,
+                               spectrum_summary, stable_rank, subspace_alignment, top_frequent_ids)
+
+rng = np.random.default_rng(0)
+
+
+# --------------------------------------------------------------------------- FactoredMatrix
+
+def _factors(n=30, r=4, m=25, seed=0):
+    g = np.random.default_rng(seed)
+    return g.standard_normal((n, r)), g.standard_normal((r, m))
+
+
+def test_factored_svd_matches_dense_and_reconstructs():
+    L, R = _factors()
+    F = FactoredMatrix(L, R)
+    dense = L @ R
+    u, s, vt = F.svd()
+    assert u.shape == (30, 4) and s.shape == (4,) and vt.shape == (4, 25)
+    np.testing.assert_allclose(u * s @ vt, dense, atol=1e-10)
+    np.testing.assert_allclose(s, np.linalg.svd(dense, compute_uv=False)[:4], rtol=1e-10)
+    np.testing.assert_allclose(F.singular_values, s, rtol=1e-12)
+    np.testing.assert_allclose(u.T @ u, np.eye(4), atol=1e-10)
+    assert F.frobenius_sq == pytest.approx(np.sum(dense ** 2), rel=1e-10)
+
+
+def test_factored_entries_rows_submatrix_and_composition():
+    L, R = _factors()
+    F = FactoredMatrix(L, R)
+    dense = L @ R
+    assert F.entry(3, 7) == pytest.approx(dense[3, 7])
+    np.testing.assert_allclose(F.rows([1, 4]), dense[[1, 4]])
+    rows, cols = np.array([5, 0, 9]), np.array([2, 2, 24, 1])
+    np.testing.assert_allclose(F.submatrix(rows, cols), dense[np.ix_(rows, cols)])
+    G = FactoredMatrix(*_factors(25, 6, 10, seed=1))
+    np.testing.assert_allclose((F @ G).to_dense(), dense @ G.to_dense(), atol=1e-10)
+    assert (F @ G).inner_dim == 4                           # through the smaller inner dimension
+    X = rng.standard_normal((25, 3))
+    np.testing.assert_allclose((F @ X).to_dense(), dense @ X, atol=1e-10)
+    Y = rng.standard_normal((2, 30))
+    np.testing.assert_allclose((Y @ F).to_dense(), Y @ dense, atol=1e-10)
+    np.testing.assert_allclose(F.T.to_dense(), dense.T)
+
+
+def test_factored_eigenvalues_and_heads():
+    L, R = _factors(12, 3, 12)
+    F = FactoredMatrix(L, R)
+    ev = np.sort_complex(F.eigenvalues())
+    dense_ev = np.linalg.eigvals(L @ R)
+    top = dense_ev[np.argsort(-np.abs(dense_ev))[:3]]
+    np.testing.assert_allclose(ev, np.sort_complex(top), atol=1e-9)
+    stack = FactoredMatrix(rng.standard_normal((3, 12, 2)), rng.standard_normal((3, 2, 9)))
+    assert stack.shape == (3, 12, 9) and len(stack) == 3
+    np.testing.assert_allclose(stack.singular_values[1], np.linalg.svd(stack[1].to_dense(), compute_uv=False)[:2],
+                               rtol=1e-10)
+    with pytest.raises(IndexError):
+        F[0]
+
+
+def test_as_factored_duck_types_and_errors():
+    torch = pytest.importorskip("torch")
+    L, R = _factors()
+
+    class AB:
+        A = torch.tensor(L, dtype=torch.float32, requires_grad=True)
+        B = torch.tensor(R, dtype=torch.float32)
+
+    class LR:
+        left, right = L, R
+
+    for obj in (AB(), LR(), (L, R), FactoredMatrix(L, R)):
+        np.testing.assert_allclose(as_factored(obj).to_dense(), L @ R, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="left/right or A/B"):
+        as_factored(np.eye(3))
+    with pytest.raises(ValueError, match="same r"):
+        FactoredMatrix(np.ones((3, 2)), np.ones((3, 4)))
+
+
+# --------------------------------------------------------------------------- metrics
+
+def test_closed_form_metrics_identity_and_rank_one():
+    n = 6
+    ident = spectrum(np.eye(n))
+    assert effective_rank(ident) == pytest.approx(n)
+    assert stable_rank(ident) == pytest.approx(n)
+    assert energy_fraction(ident, 2) == pytest.approx(2 / n)
+    u, v = rng.standard_normal(8), rng.standard_normal(5)
+    rank1 = spectrum(np.outer(u, v))
+    assert effective_rank(rank1) == pytest.approx(1.0, abs=1e-6)
+    assert stable_rank(rank1) == pytest.approx(1.0)
+    assert energy_fraction(rank1, 1) == pytest.approx(1.0)
+    # a geometric spectrum: p_i = σ_i / Σσ, erank = exp(H(p))
+    s = 0.5 ** np.arange(5)
+    p = s / s.sum()
+    assert effective_rank(s) == pytest.approx(np.exp(-(p * np.log(p)).sum()))
+
+
+def test_sparse_truncated_spectrum_keeps_exact_energy():
+    X = sp.random(80, 60, density=0.2, random_state=1, format="csr")
+    dense_s = np.linalg.svd(X.toarray(), compute_uv=False)
+    fro = float((X.toarray() ** 2).sum())
+    for algorithm in ("arpack", "randomized"):
+        spec = spectrum(X, 6, algorithm=algorithm)
+        assert spec.truncated and spec.shape == (80, 60)
+        np.testing.assert_allclose(spec.singular_values, dense_s[:6], rtol=1e-4 if algorithm == "randomized" else 1e-8)
+        assert spec.frobenius_sq == pytest.approx(fro)
+        assert stable_rank(spec) == pytest.approx(fro / dense_s[0] ** 2, rel=1e-6)
+        assert energy_fraction(spec, 6) == pytest.approx((dense_s[:6] ** 2).sum() / fro, rel=1e-5)
+    with pytest.raises(ValueError, match="needs k"):
+        spectrum(X)
+    full = spectrum(X, algorithm="dense")
+    assert not full.truncated and len(full) == 60
+
+
+def test_factored_spectrum_is_complete_and_exact():
+    L, R = _factors(40, 5, 35)
+    spec = spectrum(FactoredMatrix(L, R), name="qk")
+    dense = np.linalg.svd(L @ R, compute_uv=False)
+    np.testing.assert_allclose(spec.singular_values, dense[:5], rtol=1e-10)
+    assert not spec.truncated
+    assert energy_fraction(spec, 5) == pytest.approx(1.0)
+    summary = spectrum_summary(spec, energy_ks=(1, 5, 50))
+    assert summary["k"] == 5 and set(summary["energy_fraction"]) == {1, 5} and summary["name"] == "qk"
+    specs = circuit_spectra(FactoredMatrix(rng.standard_normal((3, 40, 4)), rng.standard_normal((3, 4, 40))), "QK")
+    assert [s.name for s in specs] == ["QK[0]", "QK[1]", "QK[2]"]
+    with pytest.raises(ValueError, match="index the"):
+        spectrum(FactoredMatrix(rng.standard_normal((2, 5, 2)), rng.standard_normal((2, 2, 5))))
+
+
+def _wwfit_reference(evals):
+    """WeightWatcher's WWFit.fit_power_law, transcribed with its per-xmin loop."""
+    data = np.sort(np.asarray(evals, dtype=np.float64))
+    N = len(data)
+    log_data = np.log(data)
+    alphas, Ds = np.zeros(N - 1), np.ones(N - 1)
+    for i, xmin in enumerate(data[:-1]):
+        n = float(N - i)
+        alpha = 1 + n / (np.sum(log_data[i:]) - n * log_data[i])
+        alphas[i] = alpha
+        if alpha > 1:
+            Ds[i] = np.max(np.abs(1 - (data[i:] / xmin) ** (-alpha + 1) - np.arange(n) / n))
+    i = int(np.argmin(Ds))
+    return alphas[i], data[i], Ds[i]
+
+
+def test_power_law_fit_matches_weightwatcher_loop_and_recovers_alpha():
+    sv = np.sqrt(rng.pareto(2.0, size=300) + 1.0) * rng.uniform(0.5, 2.0, size=300)
+    fit = power_law_fit(sv)
+    alpha, xmin, D = _wwfit_reference(sv ** 2)
+    assert fit.alpha == pytest.approx(alpha, rel=1e-10)
+    assert fit.xmin == pytest.approx(xmin, rel=1e-12)
+    assert fit.ks_distance == pytest.approx(D, rel=1e-10)
+    # a pure Pareto sample with p(λ) ∝ λ^-2.5 for λ >= 1
+    lam = (1.0 - rng.uniform(size=4000)) ** (-1.0 / 1.5)
+    fit = power_law_fit(lam, squared=False)
+    assert fit.alpha == pytest.approx(2.5, abs=0.12)
+    fixed = power_law_fit(lam, squared=False, xmin=1.0)
+    assert fixed.n_tail >= 3999 and fixed.alpha == pytest.approx(2.5, abs=0.1)
+    with pytest.raises(ValueError, match="at least 2"):
+        power_law_fit([1.0, 0.0])
+
+
+# --------------------------------------------------------------------------- subspaces
+
+def test_principal_angles_match_scipy_and_alignment_bounds():
+    A, B = rng.standard_normal((20, 4)), rng.standard_normal((20, 3))
+    np.testing.assert_allclose(principal_angles(A, B), np.sort(scipy.linalg.subspace_angles(A, B)), atol=1e-10)
+    U = np.linalg.qr(rng.standard_normal((30, 30)))[0]
+    X = (U[:, :5] * [9, 8, 7, 6, 5]) @ np.linalg.qr(rng.standard_normal((30, 5)))[0].T
+    same = subspace_alignment(X, 2 * X, 5, algorithm="dense")
+    assert same.mean_cos2 == pytest.approx(1.0) and np.allclose(same.angles_deg, 0, atol=1e-5)
+    Y = (U[:, 5:10] * [9, 8, 7, 6, 5]) @ np.linalg.qr(rng.standard_normal((30, 5)))[0].T
+    other = subspace_alignment(X, Y, 5, algorithm="dense")
+    assert other.mean_cos2 == pytest.approx(0.0, abs=1e-10) and other.chance == pytest.approx(5 / 30)
+
+
+def test_circuit_alignment_with_sparse_statistic():
+    g = np.random.default_rng(3)
+    U = np.linalg.qr(g.standard_normal((50, 50)))[0]
+    P = sp.csr_array((U[:, :3] * [5.0, 4.0, 3.0]) @ U[:, :3].T)
+    heads = FactoredMatrix(np.stack([U[:, :3], U[:, 10:13]]), np.stack([U[:, :3].T, U[:, 10:13].T]))
+    res = circuit_alignment(P, heads, 3, algorithm="arpack")
+    assert res[0].mean_cos2 == pytest.approx(1.0, abs=1e-8)
+    assert res[1].mean_cos2 == pytest.approx(0.0, abs=1e-8)
+
+
+# --------------------------------------------------------------------------- QK vs PMI
+
+def _ppmi(vocab=40, density=0.3, seed=0, symmetric=True):
+    g = np.random.default_rng(seed)
+    P = g.exponential(1.0, (vocab, vocab)) * (g.uniform(size=(vocab, vocab)) < density)
+    if symmetric:
+        P = np.triu(P) + np.triu(P, 1).T
+    return P
+
+
+def test_qk_pmi_correlation_is_one_for_the_ppmi_block_and_minus_one_reversed():
+    P = _ppmi()
+    ids = np.arange(3, 23)
+    same = qk_pmi_correlation(FactoredMatrix(P, np.eye(40)), sp.csr_array(P), ids)
+    assert same.rho_all == pytest.approx(1.0) and same.rho_positive == pytest.approx(1.0)
+    assert same.n_pairs_all == 20 * 19
+    block = P[np.ix_(ids, ids)]
+    assert same.n_pairs_positive == int(((block > 0) & ~np.eye(20, dtype=bool)).sum())
+    reversed_ = qk_pmi_correlation((-np.exp(P), np.eye(40)), P, ids)      # monotone decreasing
+    assert reversed_.rho_all == pytest.approx(-1.0) and reversed_.rho_positive == pytest.approx(-1.0)
+    dense = qk_pmi_correlation(P, P, ids)
+    assert dense.rho_all == pytest.approx(1.0)
+    noise = qk_pmi_correlation(rng.standard_normal((40, 40)), P, ids)
+    assert abs(noise.rho_all) < 0.2
+
+
+def test_qk_pmi_correlation_orientation_for_directional_ppmi():
+    D = _ppmi(symmetric=False, seed=4)
+    ids = top_frequent_ids(D.sum(1) + D.sum(0), 25)
+    # a causal head scoring key b for query a by "a follows b" = D[b, a]
+    qk = (D.T, np.eye(40))
+    assert qk_pmi_correlation(qk, sp.csr_array(D), ids, orientation="key_query").rho_all == pytest.approx(1.0)
+    assert qk_pmi_correlation(qk, sp.csr_array(D), ids, orientation="query_key").rho_all < 0.9
+    with pytest.raises(ValueError, match="orientation"):
+        qk_pmi_correlation(qk, D, ids, orientation="both")
+    with pytest.raises(ValueError, match="distinct"):
+        qk_pmi_correlation(qk, D, np.array([1, 1, 2]))
+
+
+def test_top_frequent_ids_excludes_and_breaks_ties_by_id():
+    assert top_frequent_ids([5, 9, 9, 1, 7], 3, exclude=[1]).tolist() == [2, 4, 0]
