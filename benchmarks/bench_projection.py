@@ -12,8 +12,15 @@ scored causally (every position predicts the next token from its prefix only) by
 
 all in the same process, with their log-likelihoods checked against each other.
 
+With ``--imdb`` the operator is the real IMDB PPMI instead (the statistics pipeline: vocabulary
+of ``--vocab-size`` words and co-occurrence window 10, harmonic weighting, from train+unsup;
+PPMI with context smoothing 0.75), and the held-out documents are test reviews (a fixed-seed
+sample of about ``--heldout-tokens`` tokens; OOV tokens are skipped in the context and as
+targets).
+
     python benchmarks/bench_projection.py                 # vocab 30k, the lead's target case
     python benchmarks/bench_projection.py --tokens 300000 --vocab-size 5000   # quick
+    python benchmarks/bench_projection.py --imdb          # real IMDB PPMI, test reviews
 """
 
 from __future__ import annotations
@@ -48,14 +55,41 @@ def synthetic_corpus(vocab_size: int, n_tokens: int, mean_length: float, seed: i
 
 
 def naive_logp(S, docs: RaggedIds, max_positions: int) -> tuple[np.ndarray, float]:
-    """log p(target) from scratch for every prefix (the reference), and its positions/s."""
+    """log p(target) from scratch for every prefix (the reference), and its positions/s.
+
+    Positions follow the evaluator's order: those with an in-vocabulary target (id >= 0); a
+    prefix without an in-vocabulary token predicts the uniform distribution."""
     out, t0 = [], time.perf_counter()
     for doc in docs:
         for t in range(len(doc) - 1):
-            out.append(next_token_distribution(doc[:t + 1], S, log=True)[doc[t + 1]])
+            if doc[t + 1] < 0:
+                continue
+            if (doc[:t + 1] >= 0).any():
+                out.append(next_token_distribution(doc[:t + 1], S, log=True)[doc[t + 1]])
+            else:
+                out.append(-np.log(S.shape[0]))
             if len(out) == max_positions:
                 return np.array(out), len(out) / (time.perf_counter() - t0)
     return np.array(out), len(out) / (time.perf_counter() - t0)
+
+
+def imdb_operator(vocab_size: int, heldout_tokens: int, seed: int):
+    """The IMDB PPMI of the statistics pipeline (train+unsup, window 10 harmonic, cds 0.75)
+    and a fixed-seed sample of test reviews holding about ``heldout_tokens`` tokens."""
+    from distattn.corpus import get_corpus, tokenize_corpus
+    from distattn.stats.pipeline import StatsConfig, build_statistics
+
+    config = StatsConfig(corpus="imdb", split="train+unsup", vocab_size=vocab_size, window=10,
+                         weighting="harmonic", cds=0.75)
+    stats = build_statistics(config, progress=False)
+    tc = tokenize_corpus(get_corpus("imdb", progress=False))
+    test = tc.split("test").encode(stats.vocab, oov="negative").tokens
+    order = np.random.default_rng(seed).permutation(len(test))
+    n = int(np.searchsorted(np.cumsum(test.lengths[order]), heldout_tokens)) + 1
+    heldout = test.take(np.sort(order[:n]))
+    desc = (f"IMDB train+unsup ({stats.n_docs:,} reviews, {stats.n_tokens:,} tokens), vocabulary {len(stats.vocab):,} "
+            f"({vocab_size:,} words + specials), window 10 harmonic, cds 0.75")
+    return stats.ppmi, heldout, desc
 
 
 def main(argv=None) -> None:
@@ -68,17 +102,26 @@ def main(argv=None) -> None:
     parser.add_argument("--generic-positions", type=int, default=5_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-gpu", action="store_true")
+    parser.add_argument("--imdb", action="store_true",
+                        help="the real IMDB PPMI (train+unsup) and test reviews instead of the synthetic corpus")
     args = parser.parse_args(argv)
 
     t0 = time.perf_counter()
-    train = synthetic_corpus(args.vocab_size, args.tokens, args.mean_length, args.seed)
-    heldout = synthetic_corpus(args.vocab_size, args.heldout_tokens, args.mean_length, args.seed + 1)
-    S = ppmi(cooccurrence(train, args.vocab_size, window=5), cds=0.75)
+    if args.imdb:
+        S, heldout, desc = imdb_operator(args.vocab_size, args.heldout_tokens, args.seed)
+    else:
+        train = synthetic_corpus(args.vocab_size, args.tokens, args.mean_length, args.seed)
+        heldout = synthetic_corpus(args.vocab_size, args.heldout_tokens, args.mean_length, args.seed + 1)
+        S = ppmi(cooccurrence(train, args.vocab_size, window=5), cds=0.75)
+        desc = f"synthetic, {train.n_tokens:,} training tokens, window 5, cds 0.75"
+    V = S.shape[0]
     nnz_row = np.diff(S.indptr)
-    freq = np.bincount(heldout.ids, minlength=args.vocab_size)
-    print(f"corpus: {train.n_tokens:,} training tokens, PPMI {args.vocab_size:,}^2 with {S.nnz:,} nonzeros "
+    known = heldout.ids[heldout.ids >= 0]
+    freq = np.bincount(known, minlength=V)
+    print(f"corpus: {desc}; PPMI {V:,}^2 with {S.nnz:,} nonzeros "
           f"(mean {nnz_row.mean():.0f}/row, token-weighted {np.average(nnz_row, weights=freq):.0f}/row); "
-          f"held-out {len(heldout)} docs, {heldout.n_tokens:,} tokens  [{time.perf_counter() - t0:.1f}s]")
+          f"held-out {len(heldout)} docs, {heldout.n_tokens:,} tokens ({heldout.n_tokens - known.size:,} OOV)  "
+          f"[{time.perf_counter() - t0:.1f}s]")
 
     model = ProjectionPredictor().fit(S)
     small = heldout.take(np.arange(2))
@@ -90,7 +133,7 @@ def main(argv=None) -> None:
           f"({report.n_predictions:,} positions in {fused_s:.2f}s; top-10 accuracy {report.top10_accuracy:.3f})")
 
     class Generic:  # hides score_next_tokens, so the evaluator takes the generic path
-        vocab_size = args.vocab_size
+        vocab_size = V
 
         def next_token_logits(self, ids):
             return model.next_token_logits(ids)

@@ -12,7 +12,37 @@ emitted in sorted column order, which gives canonical CSR without any sort.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import binding as _llvm
+from llvmlite import ir as _ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+# llvm.prefetch's name mangles the pointer type: "p0" with opaque pointers (LLVM >= 15).
+_PREFETCH = "llvm.prefetch.p0" if _llvm.llvm_version_info >= (15,) else "llvm.prefetch.p0i8"
+
+
+@intrinsic
+def prefetch(typingctx, arr, idx):
+    """Hint the CPU to load ``arr[idx]`` into cache (``llvm.prefetch``, read, high locality).
+    Unlike a real load it never stalls, so many can be in flight at once."""
+    sig = types.void(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        arrty = signature.args[0]
+        ary = context.make_array(arrty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, arrty, ary, [args[1]], wraparound=False)
+        i8p = _ir.IntType(8).as_pointer()
+        i32 = _ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, _ir.FunctionType(_ir.VoidType(), [i8p, i32, i32, i32]),
+                                            _PREFETCH)
+        builder.call(fn, [builder.bitcast(ptr, i8p), _ir.Constant(i32, 0), _ir.Constant(i32, 3), _ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+_PREFETCH_AHEAD = 6  # occurrences; 4-8 measured best on the 2-core AMD EPYC dev machine
 
 
 @njit(nogil=True, cache=True)
@@ -88,6 +118,8 @@ def count_rows(padded, row_ptr, positions, row_lo, row_hi, vocab_size, d_lo, d_h
             wts[j] = weights[d]
             j += 1
     pairs = n_offs
+    n_positions = positions.shape[0]
+    max_off = d_hi  # the window around a position spans [p - d_hi, p + d_hi]
     nnz = 0
     for a in range(row_lo, row_hi):
         k0 = row_ptr[a]
@@ -103,6 +135,10 @@ def count_rows(padded, row_ptr, positions, row_lo, row_hi, vocab_size, d_lo, d_h
             data = new_data
         if room > n_words:
             for k in range(k0, k1):
+                if k + _PREFETCH_AHEAD < n_positions:
+                    q = positions[k + _PREFETCH_AHEAD]
+                    prefetch(padded, q - max_off)
+                    prefetch(padded, q + max_off)
                 p = positions[k]
                 for j in range(n_offs):
                     b = padded[p + offs[j]]
@@ -124,6 +160,10 @@ def count_rows(padded, row_ptr, positions, row_lo, row_hi, vocab_size, d_lo, d_h
         else:
             nt = 0
             for k in range(k0, k1):
+                if k + _PREFETCH_AHEAD < n_positions:
+                    q = positions[k + _PREFETCH_AHEAD]
+                    prefetch(padded, q - max_off)
+                    prefetch(padded, q + max_off)
                 p = positions[k]
                 for j in range(n_offs):
                     b = padded[p + offs[j]]
@@ -140,7 +180,7 @@ def count_rows(padded, row_ptr, positions, row_lo, row_hi, vocab_size, d_lo, d_h
                 acc[b] = 0.0
                 nnz += 1
         indptr[a - row_lo + 1] = nnz
-    return indptr, indices[:nnz].copy(), data[:nnz].copy()
+    return indptr, indices, data, nnz
 
 
 @njit(nogil=True, cache=True)

@@ -229,8 +229,8 @@ def _count_rows_parallel(padded, row_ptr, positions, vocab_size, d_lo, d_hi, loo
     indptr = np.zeros(vocab_size + 1, dtype=np.int64)
     row_nnz = np.concatenate([np.diff(p[0]) for p in parts])
     np.cumsum(row_nnz, out=indptr[1:])
-    indices = np.concatenate([p[1] for p in parts])
-    data = np.concatenate([p[2] for p in parts])
+    indices = np.concatenate([p[1][:p[3]] for p in parts])
+    data = np.concatenate([p[2][:p[3]] for p in parts])
     if indptr[-1] <= np.iinfo(np.int32).max:
         indptr = indptr.astype(np.int32)
     return sp.csr_array((data, indices, indptr), shape=(vocab_size, vocab_size))

@@ -1,0 +1,65 @@
+"""Smoke runs of the projection analyses (subprocesses, as a user runs them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ANALYSES = ROOT / "analyses"
+
+
+def _run(args, env=None, timeout=120):
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@pytest.mark.parametrize("script", ["projection_vs_ngrams.py", "paper_examples.py"])
+def test_help(script):
+    out = _run([ANALYSES / script, "--help"])
+    assert "usage:" in out
+
+
+def test_list_rows():
+    out = _run([ANALYSES / "projection_vs_ngrams.py", "--list-rows"])
+    for key in ("unigram", "kn3", "raw", "ppmi_norm", "ppmi_softmax", "positional", "asym", "mh_svd", "mh_nmf"):
+        assert key in out
+
+
+def test_paper_examples_runs():
+    out = _run([ANALYSES / "paper_examples.py"])
+    assert "M = Q S Qᵀ" in out and "prediction:" in out
+    out = _run([ANALYSES / "paper_examples.py", "--example", "bank_loan", "--normalization", "row", "--decimals", "3"])
+    assert "'money'" in out
+
+
+@pytest.mark.imdb
+def test_projection_vs_ngrams_quick(imdb_archive, tmp_path):
+    table = tmp_path / "table.json"
+    out = _run([ANALYSES / "projection_vs_ngrams.py", "--quick", "--device", "cpu", "--json", table],
+               env={"DISTATTN_DATA_DIR": str(imdb_archive.parent), "DISTATTN_CACHE_DIR": str(tmp_path / "cache")})
+    result = json.loads(table.read_text())
+    keys = [r["key"] for r in result["rows"]]
+    assert keys == ["unigram", "kn2", "kn3", "raw", "ppmi", "ppmi_norm", "ppmi_softmax", "positional", "asym",
+                    "asym_fact", "ppmi_norm_uni", "asym_fact_uni", "mh_svd", "mh_nmf"]
+    positions = {r["positions"] for r in result["rows"]}
+    assert positions == {result["data"]["positions_evaluated"]} and positions.pop() > 100   # same positions
+    for r in result["rows"]:
+        assert np.isfinite(r["perplexity"]) and 1 < r["perplexity"] < 1e5, r
+        assert 0 <= r["top1"] <= r["top10"] <= 1, r
+        assert (r["temperature"] is None) == (r["key"] in ("unigram", "kn2", "kn3")), r
+        assert r["model"] in out
+    rows = {r["key"]: r for r in result["rows"]}
+    assert rows["kn3"]["perplexity"] < rows["unigram"]["perplexity"]
+    # the batched torch scorers match the library's numpy functions and kernels
+    assert result["checks"] and all(v < 1e-3 for v in result["checks"].values()), result["checks"]
+    assert "lowest perplexity" in out and "OOV" in out
