@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from distattn.atomic import atomic_dir, config_hash
-from distattn.corpus.documents import NO_LABEL, Corpus, Document
+from distattn.corpus.documents import Corpus, Document
 from distattn.corpus.ragged import RaggedIds
 from distattn.corpus.tokenize import default_tokenizer, tokenize_to_bytes, tokenizer_config
 from distattn.corpus.vocabulary import DEFAULT_SPECIALS, Vocabulary

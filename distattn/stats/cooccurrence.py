@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
