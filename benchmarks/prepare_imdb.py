@@ -1,0 +1,71 @@
+"""Prepare the IMDB arrays the model benchmarks need, once, on the CPU.
+
+Writes one ``.npz`` (atomically) holding, on the toolkit's tokenizer and the 30k vocabulary
+of the train split (``<pad>`` = 0, ``<unk>`` = 1):
+
+* ``{train,test,unsup}_ids`` (uint16), ``*_offsets`` (int64), ``{train,test}_labels`` (int8);
+* ``svd`` (float16, 30 000 × dim): PPMI-SVD vectors from train+unsup only (never test):
+  ``cooccurrence(window=2, weighting="none")`` → ``ppmi(cds=0.75)`` → ``SVDEmbeddings(dim, eig=0.5)``;
+* ``words``: the vocabulary, one word per line.
+
+The file lets a GPU machine skip tokenization and the SVD (about two minutes on two cores);
+``bench_models.py`` rebuilds the same arrays from the corpus when the file is absent.
+
+    python benchmarks/prepare_imdb.py --out .gpu/prep/imdb_prep.npz
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from distattn.atomic import atomic_path
+
+VOCAB_SIZE = 30_000
+
+
+def build_arrays(svd_dim: int = 256, with_svd: bool = True, log=print) -> dict:
+    from distattn.corpus import get_corpus, tokenize_corpus
+
+    t = time.perf_counter()
+    tc = tokenize_corpus(get_corpus("imdb"))
+    vocab = tc.split("train").vocabulary(max_size=VOCAB_SIZE - 2)
+    assert len(vocab) == VOCAB_SIZE and vocab.pad_id == 0 and vocab.unk_id == 1
+    out = {"words": np.array("\n".join(vocab.itos))}
+    for split in ("train", "test", "unsup"):
+        enc = tc.split(split).encode(vocab)
+        out[f"{split}_ids"] = enc.tokens.ids.astype(np.uint16)
+        out[f"{split}_offsets"] = np.asarray(enc.tokens.offsets, dtype=np.int64)
+        if split != "unsup":
+            out[f"{split}_labels"] = np.asarray(enc.labels, dtype=np.int8)
+    log(f"tokenized and encoded in {time.perf_counter() - t:.1f}s")
+    if with_svd:
+        from distattn.stats import SVDEmbeddings, cooccurrence, ppmi
+
+        t = time.perf_counter()
+        neg = tc.split("train+unsup").encode(vocab, oov="negative")
+        counts = cooccurrence(neg.tokens, len(vocab), window=2, weighting="none")
+        emb = SVDEmbeddings(dim=svd_dim, eig=0.5).fit(ppmi(counts, cds=0.75))
+        out["svd"] = np.asarray(emb.vectors_, dtype=np.float16)
+        log(f"PPMI-SVD ({svd_dim} dims) in {time.perf_counter() - t:.1f}s")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".gpu/prep/imdb_prep.npz")
+    ap.add_argument("--svd-dim", type=int, default=256)
+    args = ap.parse_args()
+    arrays = build_arrays(args.svd_dim)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out, suffix=".npz") as tmp:
+        np.savez_compressed(tmp, **arrays)
+    print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Multi-head self-attention with two paths.
+
+* **Fast path** (nothing listening): ``F.scaled_dot_product_attention`` (flash / memory-efficient
+  kernels on CUDA), never materialising the (T × T) pattern.
+* **Explicit path** (a hook is registered on ``hook_scores`` or ``hook_pattern``): the textbook
+  ``A = softmax(Q Kᵀ / sqrt(d_k) + mask)``, ``Z = A V``, passing the scores (before the
+  softmax; masked entries are ``-inf``) and the pattern (after it) through named hook points of
+  shape (batch, n_heads, T_query, T_key).
+
+Both paths compute the same function (tests pin them to each other).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from distattn.models.hooks import HookPoint
+from distattn.models.positional import RelativePositions, Rotary
+
+__all__ = ["MultiHeadSelfAttention"]
+
+
+class MultiHeadSelfAttention(nn.Module):
+    """``MultiHead(X) = Concat(head_1..head_h) W_O``, ``head_i = softmax(X W_Qi (X W_Ki)ᵀ / sqrt(d_k)) X W_Vi``.
+
+    Parameters
+    ----------
+    d_model, n_heads : int
+        ``d_k = d_model / n_heads``.
+    dropout : float
+        Dropout on the attention weights while training.
+    bias : bool
+        Biases on the Q/K/V and output projections.
+    causal : bool
+        Position ``i`` attends to ``j <= i`` only.
+    positional : str
+        ``"rope"`` and ``"relative"`` act here; other kinds are handled by the embeddings.
+    max_len : int
+        Longest sequence (sizes the RoPE tables and the relative distances).
+
+    Weights: ``qkv.weight`` is (3·d_model, d_model) holding W_Qᵀ, W_Kᵀ, W_Vᵀ stacked; ``out.weight``
+    is W_Oᵀ. :meth:`head_weights` returns them per head in the ``x @ W`` convention.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0, bias: bool = True,
+                 causal: bool = False, positional: str = "none", max_len: int = 256,
+                 rel_max_distance: int | None = None):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.dropout, self.causal = float(dropout), bool(causal)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+        self.rotary = Rotary(self.head_dim, max_len) if positional == "rope" else None
+        self.relative = (RelativePositions(self.head_dim, rel_max_distance or max_len - 1)
+                         if positional == "relative" else None)
+        self.hook_scores = HookPoint()   # (B, H, T, T), scaled, before the softmax
+        self.hook_pattern = HookPoint()  # (B, H, T, T), after the softmax
+
+    def head_weights(self) -> dict[str, torch.Tensor]:
+        """Per-head W_Q, W_K, W_V of shape (H, d_model, d_k) and W_O of shape (H, d_k, d_model)."""
+        H, dk, d = self.n_heads, self.head_dim, self.d_model
+        wq, wk, wv = self.qkv.weight.detach().split(d, dim=0)                 # each (d, d): rows = outputs
+        per_head = lambda w: w.reshape(H, dk, d).transpose(1, 2)              # (H, d_model, d_k)
+        w_o = self.out.weight.detach().t().reshape(H, dk, d)                  # (H, d_k, d_model)
+        return {"W_Q": per_head(wq), "W_K": per_head(wk), "W_V": per_head(wv), "W_O": w_o}
+
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, T, d_model); key_mask: optional bool (B, T), True where a key may be attended
+        (right-padded batches; position 0 must be True). Returns (B, T, d_model)."""
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        if self.causal:
+            key_mask = None   # right padding: a real query never sees a later (padded) key
+        explicit = self.hook_scores.active or self.hook_pattern.active
+        dropout_p = self.dropout if self.training else 0.0
+
+        if not explicit and self.relative is None:
+            mask = None if key_mask is None else key_mask[:, None, None, :]
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                               is_causal=self.causal and mask is None)
+        else:
+            allowed = None
+            if key_mask is not None:
+                allowed = key_mask[:, None, None, :]
+            if self.causal:
+                allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            bias = None if self.relative is None else self.relative(q) * scale
+            if not explicit:     # relative positions, nobody listening: fused kernel with a float mask
+                if allowed is not None:
+                    bias = bias.masked_fill(~allowed, float("-inf"))
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p)
+            else:
+                scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+                if bias is not None:
+                    scores = scores + bias
+                if allowed is not None:
+                    scores = scores.masked_fill(~allowed, float("-inf"))
+                scores = self.hook_scores(scores)
+                pattern = self.hook_pattern(torch.softmax(scores.float(), dim=-1).to(v.dtype))
+                y = torch.matmul(F.dropout(pattern, dropout_p, self.training), v)
+        return self.out(y.transpose(1, 2).reshape(B, T, self.d_model))

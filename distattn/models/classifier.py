@@ -1,0 +1,118 @@
+"""The IMDB self-attention classifier of 000_48942d33924f2728.txt (section III), and its kin.
+
+Seed architecture (``seed_classifier_config()``)::
+
+    X = E[ids] + P                        token + learned positional embeddings, d = 256, max_len = 256
+    X = Block(Block(X))                   post-norm: LayerNorm(X + MHA(X)), LayerNorm(X + FFN(X));
+                                          4 heads, ReLU FFN of width 4d, dropout 0.1
+    z = Σ_i m_i X_i / max(Σ_i m_i, 1e-6)  masked mean pooling
+    logit = W2 ReLU(W1 Dropout(z)) ...    Dropout(0.2) → d → d/2 → ReLU → Dropout(0.2) → 1
+    p = sigmoid(logit)
+
+The same class takes any :class:`TransformerConfig` trunk, e.g. a causal pre-norm stack
+pretrained as a language model (:meth:`TransformerClassifier.load_trunk`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from distattn.models.hooks import run_with_cache
+from distattn.models.transformer import Transformer, TransformerConfig, _probability
+
+POOLINGS = ("mean",)
+
+__all__ = ["ClassifierConfig", "TransformerClassifier", "seed_classifier_config"]
+
+
+@dataclass
+class ClassifierConfig(TransformerConfig):
+    """Trunk fields (see :class:`TransformerConfig`) plus the classification head."""
+
+    head_hidden: int | None = None     # default d_model // 2
+    head_dropout: float = 0.2
+    pooling: str = "mean"
+
+    def validate(self) -> "ClassifierConfig":
+        super().validate()
+        _probability(self.head_dropout, "head_dropout")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}; got {self.pooling!r}")
+        return self
+
+    def trunk_config(self) -> TransformerConfig:
+        fields = {f: getattr(self, f) for f in TransformerConfig.__dataclass_fields__}
+        return TransformerConfig(**fields)
+
+
+def seed_classifier_config(vocab_size: int = 30_000, **overrides) -> ClassifierConfig:
+    """The seed's classifier: d 256, max_len 256, 2 post-norm blocks of 4 heads, ReLU FFN 4d,
+    dropout 0.1, mean pooling, head Dropout 0.2 → d/2 → 1, PyTorch default initialisation."""
+    base = dict(vocab_size=vocab_size, d_model=256, n_layers=2, n_heads=4, d_ff=1024, max_len=256, dropout=0.1,
+                positional="learned", norm="post", activation="relu", causal=False, bias=True, mlp=True,
+                padding_idx=0, init="torch", head_hidden=128, head_dropout=0.2, pooling="mean")
+    base.update(overrides)
+    return ClassifierConfig(**base)
+
+
+class TransformerClassifier(nn.Module):
+    """Binary sequence classifier: trunk, masked mean pooling, MLP head → one logit.
+
+    ``forward(ids, attention_mask)`` returns logits of shape (B,); ``predict_proba`` the sigmoid.
+    With ``capture=True`` it returns ``(logits, cache)``, the cache holding every hook point
+    (``trunk.blocks.{l}.attn.hook_scores`` / ``hook_pattern``: (B, H, T, T)).
+    """
+
+    def __init__(self, config: ClassifierConfig):
+        super().__init__()
+        self.config = config.validate()
+        self.trunk = Transformer(config.trunk_config())
+        hidden = config.head_hidden or config.d_model // 2
+        self.head = nn.Sequential(nn.Dropout(config.head_dropout), nn.Linear(config.d_model, hidden), nn.ReLU(),
+                                  nn.Dropout(config.head_dropout), nn.Linear(hidden, 1))
+
+    def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None, capture: bool = False):
+        if capture:
+            return run_with_cache(self, ids, attention_mask)
+        x = self.trunk(ids, attention_mask)
+        if attention_mask is None:
+            pooled = x.mean(dim=1)
+        else:
+            m = attention_mask.to(x.dtype).unsqueeze(-1)
+            pooled = (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-6)
+        return self.head(pooled).squeeze(-1)
+
+    @torch.no_grad()
+    def predict_proba(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.sigmoid(self(ids, attention_mask).float())
+
+    def load_trunk(self, source: nn.Module | dict, strict: bool = True) -> None:
+        """Copy trunk weights from a pretrained model (one with a ``trunk``) or a trunk state_dict.
+
+        The trunk configs must agree on every shape-defining field; a mismatch raises ``ValueError``
+        naming the fields.
+        """
+        if isinstance(source, nn.Module):
+            src_cfg = getattr(source, "config", None)
+            if src_cfg is not None:
+                mine = self.config.trunk_config()
+                keys = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "positional", "norm", "activation",
+                        "bias", "mlp", "causal")
+                diff = {k: (getattr(src_cfg, k), getattr(mine, k)) for k in keys
+                        if getattr(src_cfg, k) != getattr(mine, k)}
+                if diff:
+                    raise ValueError(f"pretrained trunk does not match this classifier: {diff} "
+                                     f"(pretrained, classifier)")
+            source = source.trunk.state_dict()
+        state = dict(source)
+        # a longer classifier context may start from a shorter pretrained learned table
+        key = "pos.table"
+        if key in state and state[key].shape != self.trunk.pos.table.shape:
+            mine = self.trunk.pos.table.detach().clone()
+            n = min(mine.shape[0], state[key].shape[0])
+            mine[:n] = state[key][:n]
+            state[key] = mine
+        self.trunk.load_state_dict(state, strict=strict)

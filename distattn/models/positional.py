@@ -1,0 +1,93 @@
+"""Positional encodings, as named in 001_16cc2dc9b9ce4e82.txt, plus RoPE.
+
+* ``"learned"``: a trainable table ``P`` (max_len × d) added to the token embeddings.
+* ``"sinusoidal"``: the fixed table ``PE(p, 2i) = sin(p / 10000^{2i/d})``,
+  ``PE(p, 2i+1) = cos(p / 10000^{2i/d})``, added to the token embeddings.
+* ``"relative"``: Shaw et al.'s form, ``score(i, j) = q_i · (k_j + r_{i-j}) / sqrt(d_k)`` with a
+  learned vector ``r`` per clipped distance (the seed prints ``k_i``; ``k_j`` is meant).
+* ``"rope"``: rotary embeddings; ``q`` and ``k`` are rotated by position-dependent angles so
+  that ``q_i · k_j`` depends on ``i - j`` only.
+* ``"none"``: no positional signal (attention is then permutation-equivariant).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+POSITIONAL = ("learned", "sinusoidal", "relative", "rope", "none")
+ADDITIVE = ("learned", "sinusoidal")          # added to the embeddings
+IN_ATTENTION = ("relative", "rope")           # applied inside each attention layer
+
+__all__ = ["POSITIONAL", "sinusoidal_table", "AbsolutePositions", "Rotary", "RelativePositions"]
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
+    """The (max_len, d_model) sinusoidal table of Vaswani et al. (odd d: the last cos column is dropped)."""
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : d_model // 2]
+    return table.float()
+
+
+class AbsolutePositions(nn.Module):
+    """``x + P[:T]`` for a learned or sinusoidal table ``P`` (max_len, d_model)."""
+
+    def __init__(self, kind: str, max_len: int, d_model: int):
+        super().__init__()
+        self.kind = kind
+        if kind == "learned":
+            self.table = nn.Parameter(torch.empty(max_len, d_model))
+            nn.init.normal_(self.table, std=0.02)
+        elif kind == "sinusoidal":
+            self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+        else:
+            raise ValueError(f"AbsolutePositions kind must be one of {ADDITIVE}; got {kind!r}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.table[: x.shape[1]].to(x.dtype)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding on (B, H, T, head_dim) tensors (rotate-half convention)."""
+
+    def __init__(self, head_dim: int, max_len: int, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"positional='rope' needs an even head dimension; got head_dim={head_dim}")
+        inv = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv[None, :]
+        angles = torch.cat([angles, angles], dim=-1)
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[-2]
+        cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class RelativePositions(nn.Module):
+    """Learned relative vectors ``r_{i-j}`` (distances clipped to ±max_distance), shared by heads.
+
+    ``forward(q)`` returns the score term ``q_i · r_{clip(i-j)}`` as a (B, H, T, T) tensor, to be
+    added to ``q_i · k_j`` before scaling.
+    """
+
+    def __init__(self, head_dim: int, max_distance: int):
+        super().__init__()
+        self.max_distance = int(max_distance)
+        self.vectors = nn.Parameter(torch.empty(2 * self.max_distance + 1, head_dim))
+        nn.init.normal_(self.vectors, std=0.02)
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        B, H, T, _ = q.shape
+        pos = torch.arange(T, device=q.device)
+        index = (pos[:, None] - pos[None, :]).clamp(-self.max_distance, self.max_distance) + self.max_distance
+        qr = torch.matmul(q, self.vectors.to(q.dtype).t())            # (B, H, T, 2K+1)
+        return qr.gather(-1, index.expand(B, H, T, T))

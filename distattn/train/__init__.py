@@ -1,0 +1,24 @@
+"""Stage 3b: training engine for :mod:`distattn.models`.
+
+>>> from distattn.train import Trainer, TrainConfig, ClassificationData, ClassificationTask
+>>> task = ClassificationTask(ClassificationData(train_enc, max_len=256), {"test": ClassificationData(test_enc)})
+>>> Trainer(model, task, TrainConfig(epochs=5, batch_size=64, lr=2e-4), out_dir="runs/seed").fit()
+
+* :class:`Trainer` / :class:`TrainConfig` — the loop (bf16, TF32, fused AdamW, compile, warm-up +
+  cosine, clipping, checkpoints with exact resume, per-epoch JSON metrics, torchrun DDP);
+* :class:`ClassificationData`, :class:`LMData` — batches from encoded corpora;
+* :class:`ClassificationTask`, :class:`LMTask` — losses and per-epoch evaluation;
+* :func:`evaluate_lm`, :class:`NextTokenScorer` — LMs under the shared next-token metric;
+* :mod:`distattn.train.recipes` — the seed-faithful classifier and the IMDB recipes.
+"""
+
+from distattn.train.data import TRUNCATIONS, ClassificationData, LMData, as_ragged, epoch_plan
+from distattn.train.engine import (CheckpointMismatchError, TrainConfig, Trainer, load_checkpoint, load_model,
+                                   lr_factor, pick_device, save_model, seed_everything, setup_distributed)
+from distattn.train.lm_eval import NextTokenScorer, evaluate_lm
+from distattn.train.tasks import ClassificationTask, LMTask, to_device
+
+__all__ = ["ClassificationData", "LMData", "epoch_plan", "as_ragged", "TRUNCATIONS", "TrainConfig", "Trainer",
+           "CheckpointMismatchError", "load_checkpoint", "load_model", "save_model", "lr_factor", "pick_device",
+           "seed_everything", "setup_distributed", "NextTokenScorer", "evaluate_lm", "ClassificationTask",
+           "LMTask", "to_device"]

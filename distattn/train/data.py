@@ -1,0 +1,202 @@
+"""Batches from encoded corpora: padded classification batches and packed LM sequences.
+
+Batch order is a pure function of ``(seed, epoch)``: a resumed run, or each of ``world`` DDP
+processes, rebuilds exactly the same plan and takes its own slice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from distattn.corpus.ragged import RaggedIds
+
+TRUNCATIONS = ("head", "head+tail", "error")
+
+__all__ = ["ClassificationData", "LMData", "epoch_plan", "as_ragged", "TRUNCATIONS"]
+
+
+def as_ragged(docs) -> RaggedIds:
+    """An EncodedCorpus, RaggedIds or list of int sequences as RaggedIds."""
+    if isinstance(docs, RaggedIds):
+        return docs
+    tokens = getattr(docs, "tokens", None)
+    if isinstance(tokens, RaggedIds):
+        return tokens
+    if isinstance(docs, (list, tuple)):
+        return RaggedIds.from_sequences(docs)
+    raise TypeError(f"documents must be an EncodedCorpus, RaggedIds or a list of id sequences; got "
+                    f"{type(docs).__name__}")
+
+
+def _check_ids(ids: np.ndarray, vocab_size: int | None, what: str) -> None:
+    if ids.size == 0:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0:
+        raise ValueError(f"{what} hold negative token id {lo} (out-of-vocabulary marker); encode with oov='unk' "
+                         f"or pass oov_id= to map them")
+    if vocab_size is not None and hi >= vocab_size:
+        raise ValueError(f"{what} hold token id {hi}, outside the vocabulary [0, {vocab_size})")
+
+
+def epoch_plan(n_items: int, batch_size: int, *, epoch: int = 0, seed: int = 0, shuffle: bool = True,
+               drop_last: bool = True, rank: int = 0, world: int = 1, lengths: np.ndarray | None = None,
+               length_grouping: int = 0) -> list[np.ndarray]:
+    """Item indices of each batch this process sees in ``epoch``.
+
+    The global batch of ``batch_size`` items is split evenly over ``world`` processes (so the
+    result does not depend on the number of processes). ``length_grouping = g > 0`` sorts the
+    shuffled items by length within windows of ``g`` global batches (less padding), then
+    shuffles the order of the batches.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+    if batch_size % world:
+        raise ValueError(f"batch_size={batch_size} must be divisible by the number of processes world={world}")
+    rng = np.random.default_rng([int(seed), int(epoch)])
+    order = rng.permutation(n_items) if shuffle else np.arange(n_items)
+    if length_grouping and lengths is not None:
+        window = length_grouping * batch_size
+        for start in range(0, n_items, window):
+            chunk = order[start:start + window]
+            order[start:start + window] = chunk[np.argsort(-lengths[chunk], kind="stable")]
+    stop = (n_items // batch_size) * batch_size if drop_last else n_items
+    batches = [order[i:i + batch_size] for i in range(0, stop, batch_size)]
+    if length_grouping and shuffle and lengths is not None:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    if world > 1:
+        batches = [np.array_split(b, world)[rank] for b in batches]
+    return batches
+
+
+class ClassificationData:
+    """Labelled documents as right-padded batches.
+
+    Parameters
+    ----------
+    docs : EncodedCorpus, RaggedIds or list of id sequences
+    labels : array of 0/1, optional (default: ``docs.labels``)
+    max_len : int
+        Documents are cut to this many tokens.
+    truncation : {"head", "head+tail", "error"}
+        ``"head"`` keeps the first ``max_len`` tokens (the seed); ``"head+tail"`` keeps the first
+        ``head_fraction·max_len`` and the last ones; ``"error"`` refuses longer documents.
+    vocab_size : int, optional
+        Checked against the ids.
+    pad_multiple : int
+        Batches are padded to a multiple of this length (fewer distinct shapes for the GPU kernels).
+    """
+
+    def __init__(self, docs, labels=None, *, max_len: int = 256, truncation: str = "head",
+                 head_fraction: float = 0.25, pad_id: int = 0, vocab_size: int | None = None, pad_multiple: int = 1):
+        self.docs = as_ragged(docs)
+        if labels is None:
+            labels = getattr(docs, "labels", None)
+            if labels is None:
+                raise ValueError("labels are needed: pass labels= or an EncodedCorpus with labels")
+        self.labels = np.asarray(labels)
+        if self.labels.shape != (len(self.docs),):
+            raise ValueError(f"labels has shape {self.labels.shape}; expected ({len(self.docs)},), one per document")
+        bad = np.flatnonzero((self.labels != 0) & (self.labels != 1))
+        if bad.size:
+            raise ValueError(f"document {bad[0]} has label {self.labels[bad[0]]!r}; classification needs labels 0 "
+                             f"or 1 (unlabelled documents, label -1, cannot be used)")
+        if truncation not in TRUNCATIONS:
+            raise ValueError(f"truncation must be one of {TRUNCATIONS}; got {truncation!r}")
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"max_len must be an integer >= 1; got {max_len!r}")
+        lengths = self.docs.lengths
+        if truncation == "error" and len(lengths) and lengths.max() > max_len:
+            i = int(np.argmax(lengths))
+            raise ValueError(f"document {i} has {lengths[i]} tokens, longer than max_len={max_len}; use "
+                             f"truncation='head' or 'head+tail', or a larger max_len")
+        _check_ids(self.docs.ids, vocab_size, "documents")
+        if isinstance(pad_multiple, bool) or not isinstance(pad_multiple, int) or pad_multiple < 1:
+            raise ValueError(f"pad_multiple must be an integer >= 1; got {pad_multiple!r}")
+        self.max_len, self.truncation, self.pad_id, self.pad_multiple = max_len, truncation, pad_id, pad_multiple
+        self.head = max(1, int(round(head_fraction * max_len))) if truncation == "head+tail" else max_len
+        self.lengths = np.minimum(lengths, max_len)
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def fingerprint(self) -> dict:
+        return {"kind": "classification", "n_docs": len(self), "n_tokens": int(self.docs.n_tokens),
+                "max_len": self.max_len, "truncation": self.truncation, "head": self.head,
+                "checksum": int(self.docs.ids[:: max(1, self.docs.n_tokens // 4096)].astype(np.int64).sum())}
+
+    def _doc(self, i: int) -> np.ndarray:
+        d = self.docs[i]
+        if len(d) <= self.max_len:
+            return d
+        if self.truncation == "head+tail":
+            return np.concatenate([d[: self.head], d[len(d) - (self.max_len - self.head):]])
+        return d[: self.max_len]
+
+    def batch(self, index) -> dict:
+        """``{"ids": (B, T) int64, "attention_mask": (B, T) bool, "labels": (B,) float32, "n_tokens": int}``,
+        T the longest (truncated) document in the batch."""
+        index = np.asarray(index)
+        if index.size == 0:
+            raise ValueError("empty batch: no documents were selected")
+        T = max(1, int(self.lengths[index].max()))
+        T = min(self.max_len, -(-T // self.pad_multiple) * self.pad_multiple)   # fewer distinct shapes
+        ids = np.full((len(index), T), self.pad_id, dtype=np.int64)
+        for row, i in enumerate(index):          # a loop over documents, not tokens
+            d = self._doc(int(i))
+            ids[row, : len(d)] = d
+        mask = np.arange(T)[None, :] < self.lengths[index][:, None]
+        return {"ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+                "labels": torch.from_numpy(self.labels[index].astype(np.float32)),
+                "n_tokens": int(self.lengths[index].sum())}
+
+
+class LMData:
+    """Documents packed into one stream ``[bos] doc_0 [bos] doc_1 ...``, cut into sequences of
+    ``seq_len`` inputs with next-token targets.
+
+    ``bos_id`` (default 0, the ``<pad>`` id, unused otherwise) marks document starts, so a model
+    trained on the stream can score a document from its first token (see
+    :class:`distattn.train.NextTokenScorer`). Negative ids (OOV with ``oov="negative"``) become
+    ``oov_id`` in the inputs and are ignored as targets.
+    """
+
+    def __init__(self, docs, *, seq_len: int, bos_id: int = 0, oov_id: int | None = None,
+                 vocab_size: int | None = None):
+        ragged = as_ragged(docs)
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise ValueError(f"seq_len must be an integer >= 1; got {seq_len!r}")
+        lengths = ragged.lengths
+        stream = np.empty(ragged.n_tokens + len(ragged), dtype=np.int32)
+        starts = ragged.offsets[:-1] + np.arange(len(ragged))
+        is_bos = np.zeros(len(stream), dtype=bool)
+        is_bos[starts] = True
+        stream[is_bos] = bos_id
+        stream[~is_bos] = ragged.ids
+        self.targets_stream = stream.copy()
+        if oov_id is not None:
+            stream[stream < 0] = oov_id
+        _check_ids(stream, vocab_size, "LM documents")
+        self.stream, self.seq_len, self.bos_id = stream, seq_len, bos_id
+        self.n_sequences = (len(stream) - 1) // seq_len
+        if self.n_sequences == 0 and len(lengths):
+            raise ValueError(f"the documents hold {len(stream)} tokens with separators, fewer than seq_len + 1 = "
+                             f"{seq_len + 1}; use a shorter seq_len")
+
+    def __len__(self) -> int:
+        return self.n_sequences
+
+    def fingerprint(self) -> dict:
+        return {"kind": "lm", "n_sequences": self.n_sequences, "seq_len": self.seq_len, "bos_id": self.bos_id,
+                "checksum": int(self.stream[:: max(1, len(self.stream) // 4096)].astype(np.int64).sum())}
+
+    def batch(self, index) -> dict:
+        """``{"ids": (B, seq_len) int64, "targets": (B, seq_len) int64, "n_tokens": int}``."""
+        index = np.asarray(index)
+        if index.size == 0:
+            raise ValueError("empty batch: no sequences were selected")
+        pos = index[:, None] * self.seq_len + np.arange(self.seq_len)[None, :]
+        ids = torch.from_numpy(self.stream[pos].astype(np.int64))
+        targets = torch.from_numpy(np.maximum(self.targets_stream[pos + 1], -1).astype(np.int64))
+        return {"ids": ids, "targets": targets, "n_tokens": int(index.size * self.seq_len)}

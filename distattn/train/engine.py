@@ -1,0 +1,446 @@
+"""The training loop: one readable function's worth of nanoGPT habits.
+
+* device: cuda, then mps, then cpu (``TrainConfig.device = "auto"``);
+* bf16 autocast and TF32 on CUDA, fused AdamW, optional ``torch.compile``;
+* gradient clipping, linear warm-up then cosine (or linear / constant) decay;
+* determinism: data order is a function of ``(seed, epoch)`` and the torch RNG is re-seeded
+  from ``(seed, rank, step)`` before every step, so a run killed and resumed from its last
+  checkpoint takes exactly the same steps as one that never stopped;
+* atomic checkpoints (``checkpoint.pt``) every ``checkpoint_every`` steps and at each epoch's
+  end, refused with :class:`CheckpointMismatchError` when written by another configuration;
+* evaluation at each epoch's end, history written to ``metrics.json`` atomically;
+* a tqdm bar with tokens/s;
+* DDP when launched by ``torchrun`` (``WORLD_SIZE > 1``): nccl on CUDA, gloo on CPU; the global
+  batch ``batch_size`` is split evenly over the processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from distattn.atomic import atomic_path, write_json
+from distattn.train.tasks import to_device
+
+SCHEDULES = ("cosine", "linear", "constant")
+PRECISIONS = ("auto", "bf16", "fp32")
+DECAYS = ("matrices", "all")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CHECKPOINT_FORMAT = 1
+# settings that may change between a run and its resumption
+RUNTIME_ONLY = ("device", "compile", "progress", "log_every", "resume")
+
+__all__ = ["TrainConfig", "Trainer", "CheckpointMismatchError", "pick_device", "seed_everything", "lr_factor",
+           "setup_distributed", "load_checkpoint", "save_model", "load_model"]
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint was written by a run with another model, training or data configuration."""
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 1
+    batch_size: int = 64                 # global: split evenly over DDP processes
+    lr: float = 3e-4
+    weight_decay: float = 0.01
+    decay: str = "matrices"              # "matrices": weight decay on ≥2-D weights only; "all": every parameter
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    schedule: str = "cosine"
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.0
+    grad_clip: float | None = 1.0
+    max_steps: int | None = None
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "auto"              # bf16 autocast on CUDA, fp32 elsewhere
+    compile: bool | str = False          # True or a torch.compile mode ("default", "reduce-overhead", ...)
+    tf32: bool = True
+    fused: bool = True                   # fused AdamW (CUDA only)
+    checkpoint_every: int = 0            # steps; 0: only at the end of each epoch
+    resume: bool = True
+    select_on: str | None = None         # "set/metric", e.g. "val/accuracy": records the best epoch
+    save_best: bool = False              # with select_on: also keep the best weights (best.pt)
+    log_every: int = 50
+    progress: bool = True
+
+    def validate(self) -> "TrainConfig":
+        for name in ("epochs", "batch_size", "log_every"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
+        for name in ("warmup_steps", "checkpoint_every", "seed"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0; got {v!r}")
+        if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
+            raise ValueError(f"max_steps must be None or an integer >= 1; got {self.max_steps!r}")
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"lr must be a finite number > 0; got {self.lr!r}")
+        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be a number >= 0; got {self.weight_decay!r}")
+        if self.grad_clip is not None and not (isinstance(self.grad_clip, (int, float)) and self.grad_clip > 0):
+            raise ValueError(f"grad_clip must be None or a number > 0; got {self.grad_clip!r}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1]; got {self.min_lr_ratio!r}")
+        for name, allowed in (("schedule", SCHEDULES), ("precision", PRECISIONS), ("decay", DECAYS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
+        if self.device not in ("auto", "cpu", "cuda", "mps") and not str(self.device).startswith("cuda:"):
+            raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; got {self.device!r}")
+        if not (isinstance(self.compile, bool) or self.compile in COMPILE_MODES):
+            raise ValueError(f"compile must be True, False or one of {COMPILE_MODES}; got {self.compile!r}")
+        if self.select_on is not None and self.select_on.count("/") != 1:
+            raise ValueError(f"select_on must look like 'set/metric' (e.g. 'val/accuracy'); got {self.select_on!r}")
+        return self
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["betas"] = list(d["betas"])
+        return d
+
+
+# -- small helpers -------------------------------------------------------------------------------
+
+def pick_device(requested: str = "auto", local_rank: int = 0) -> torch.device:
+    """cuda (this process's GPU under torchrun), then mps, then cpu."""
+    if requested != "auto":
+        dev = torch.device(requested)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device={requested!r} was requested but CUDA is not available")
+        return dev
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def setup_distributed() -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)``; joins the process group when launched with WORLD_SIZE > 1."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, 0
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def lr_factor(step: int, total: int, config: TrainConfig) -> float:
+    """Multiplier of ``config.lr`` at ``step`` (0-based): linear warm-up, then the schedule down to ``min_lr_ratio``."""
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    if config.schedule == "constant":
+        return 1.0
+    p = min(1.0, (step - config.warmup_steps) / max(1, total - config.warmup_steps))
+    lo = config.min_lr_ratio
+    if config.schedule == "linear":
+        return 1.0 - (1.0 - lo) * p
+    return lo + (1.0 - lo) * 0.5 * (1.0 + math.cos(math.pi * p))
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if config.decay == "all":
+        groups = [{"params": params, "weight_decay": config.weight_decay}]
+    else:
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    fused = bool(config.fused and device.type == "cuda")
+    return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps, fused=fused)
+
+
+def _model_config(model: nn.Module) -> dict:
+    cfg = getattr(model, "config", None)
+    return cfg.to_dict() if hasattr(cfg, "to_dict") else {"class": type(model).__name__}
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def check_fingerprint(found: dict, expected: dict, path) -> None:
+    a, b = _flatten(found), _flatten(expected)
+    diff = {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+    if diff:
+        lines = "; ".join(f"{k}: checkpoint {v[0]!r}, this run {v[1]!r}" for k, v in list(diff.items())[:8])
+        more = f" (and {len(diff) - 8} more)" if len(diff) > 8 else ""
+        raise CheckpointMismatchError(f"checkpoint {path} was written by another configuration: {lines}{more}. "
+                                      f"Use another out_dir, delete the checkpoint, or set resume=False.")
+
+
+def save_model(model: nn.Module, path) -> None:
+    """Weights and model config, written atomically (``torch.save``)."""
+    with atomic_path(path) as tmp:
+        torch.save({"format": CHECKPOINT_FORMAT, "model_config": _model_config(model),
+                    "model": _unwrap(model).state_dict()}, tmp)
+
+
+def load_model(path, model: nn.Module | None = None) -> nn.Module:
+    """Weights from :func:`save_model` or a training checkpoint. Without ``model`` one is built from the
+    stored config; with one, its config must match (else :class:`CheckpointMismatchError`)."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(ckpt, dict) or "model" not in ckpt:
+        raise ValueError(f"{path} is not a distattn model file or checkpoint")
+    stored = ckpt.get("model_config") or ckpt.get("fingerprint", {}).get("model")
+    if model is None:
+        from distattn.models import build_model
+        model = build_model(stored)
+    else:
+        check_fingerprint(stored, _model_config(model), path)
+    _unwrap(model).load_state_dict(ckpt["model"])
+    return model
+
+
+def load_checkpoint(path, model: nn.Module, expected_fingerprint: dict | None = None) -> dict:
+    """Load a training checkpoint's weights into ``model`` after checking its fingerprint."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or "fingerprint" not in ckpt:
+        raise ValueError(f"{path} is not a distattn training checkpoint (format {CHECKPOINT_FORMAT})")
+    expected = expected_fingerprint or {"model": _model_config(model)}
+    found = {k: ckpt["fingerprint"].get(k) for k in expected}
+    check_fingerprint(found, expected, path)
+    _unwrap(model).load_state_dict(ckpt["model"])
+    return ckpt
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    model = getattr(model, "_orig_mod", model)
+    return getattr(model, "module", model)
+
+
+# -- the trainer ---------------------------------------------------------------------------------
+
+@dataclass
+class _State:
+    step: int = 0
+    epoch: int = 0
+    step_in_epoch: int = 0
+    loss_sum: float = 0.0       # this epoch's training loss so far (flushed at checkpoints)
+    loss_count: int = 0
+    tokens: int = 0
+    history: list = dataclasses.field(default_factory=list)
+    best: dict | None = None
+
+
+class Trainer:
+    """Train ``model`` on ``task`` (see :mod:`distattn.train.tasks`) following ``config``.
+
+    ``out_dir`` receives ``checkpoint.pt``, ``metrics.json`` (and ``best.pt``); without it nothing
+    is written. ``callbacks``: functions ``f(trainer, step, loss_tensor)`` called after each step.
+    ``fit()`` returns the summary that ``metrics.json`` also holds.
+    """
+
+    def __init__(self, model: nn.Module, task, config: TrainConfig, out_dir=None,
+                 callbacks: Sequence[Callable] = ()):
+        self.model, self.task, self.config = model, task, config.validate()
+        self.out_dir = None if out_dir is None else Path(out_dir)
+        self.callbacks = list(callbacks)
+
+    def fingerprint(self) -> dict:
+        train = {k: v for k, v in self.config.to_dict().items() if k not in RUNTIME_ONLY}
+        return {"model": _model_config(self.model), "train": train, "task": self.task.fingerprint()}
+
+    # checkpoints
+    def _save(self, raw, opt, state: _State, rank: int) -> None:
+        if self.out_dir is None or rank != 0:
+            return
+        with atomic_path(self.out_dir / "checkpoint.pt") as tmp:
+            torch.save({"format": CHECKPOINT_FORMAT, "fingerprint": self.fingerprint(), "model": raw.state_dict(),
+                        "optimizer": opt.state_dict(), "state": dataclasses.asdict(state)}, tmp)
+
+    def _metrics(self, state: _State, summary: dict, rank: int) -> None:
+        if self.out_dir is not None and rank == 0:
+            write_json(self.out_dir / "metrics.json", {"model_config": _model_config(self.model),
+                                                       "train_config": self.config.to_dict(),
+                                                       "history": state.history, "best": state.best,
+                                                       "summary": summary})
+
+    def _select(self, state: _State, record: dict, raw: nn.Module, rank: int) -> None:
+        if self.config.select_on is None:
+            return
+        name, metric = self.config.select_on.split("/")
+        if name not in record["eval"] or metric not in record["eval"][name]:
+            raise ValueError(f"select_on={self.config.select_on!r}: the evaluation has no such entry; it gives "
+                             f"{ {k: sorted(v) for k, v in record['eval'].items()} }")
+        value = record["eval"][name][metric]
+        better = (lambda a, b: a > b) if metric in ("accuracy", "top1", "top10") else (lambda a, b: a < b)
+        if state.best is None or better(value, state.best["value"]):
+            state.best = {"epoch": record["epoch"], "value": value, "eval": record["eval"]}
+            if self.config.save_best and self.out_dir is not None and rank == 0:
+                save_model(raw, self.out_dir / "best.pt")
+
+    def fit(self) -> dict:
+        cfg, task = self.config, self.task
+        rank, world, local_rank = setup_distributed()
+        device = pick_device(cfg.device, local_rank)
+        bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+        if device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+            torch.backends.cudnn.allow_tf32 = cfg.tf32
+        autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
+
+        raw = _unwrap(self.model).to(device)
+        opt = make_optimizer(raw, cfg, device)
+        steps_per_epoch = len(task.plan(cfg.batch_size, 0, cfg.seed, rank, world))
+        if steps_per_epoch == 0:
+            raise ValueError(f"the training data gives no full batch of batch_size={cfg.batch_size}; use a smaller "
+                             f"batch_size or more data")
+        total = cfg.epochs * steps_per_epoch if cfg.max_steps is None else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
+
+        state = _State()
+        ckpt_path = None if self.out_dir is None else self.out_dir / "checkpoint.pt"
+        if cfg.resume and ckpt_path is not None and ckpt_path.exists():
+            ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+            if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+                raise CheckpointMismatchError(f"{ckpt_path} is not a distattn checkpoint of format {CHECKPOINT_FORMAT}")
+            check_fingerprint(ckpt["fingerprint"], self.fingerprint(), ckpt_path)
+            raw.load_state_dict(ckpt["model"])
+            opt.load_state_dict(ckpt["optimizer"])
+            state = _State(**ckpt["state"])
+
+        model = raw
+        if world > 1:
+            model = nn.parallel.DistributedDataParallel(raw, device_ids=[device.index] if device.type == "cuda" else None)
+        if cfg.compile:
+            model = torch.compile(model, mode=None if cfg.compile is True else cfg.compile)
+
+        bar = None
+        if cfg.progress and rank == 0:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=total, initial=state.step, unit="step", dynamic_ncols=True, mininterval=2.0,
+                       desc=type(raw).__name__)
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        t_start = time.perf_counter()
+        timing = {"tokens": 0, "seconds": 0.0}          # steady state: after this process's first steps
+        warm_steps = min(10, max(1, min(steps_per_epoch, total - state.step) // 5))
+        steps_here, t_window, tokens_window = 0, None, 0
+        run_loss = torch.zeros((), device=device)
+        log_tokens, log_t = 0, time.perf_counter()
+
+        def flush_loss():
+            nonlocal run_loss
+            state.loss_sum += float(run_loss)
+            run_loss = torch.zeros((), device=device)
+
+        while state.step < total:
+            plan = task.plan(cfg.batch_size, state.epoch, cfg.seed, rank, world)
+            model.train()
+            t_epoch = time.perf_counter()
+            for index in plan[state.step_in_epoch:]:
+                if state.step >= total:
+                    break
+                for g in opt.param_groups:
+                    g["lr"] = cfg.lr * lr_factor(state.step, total, cfg)
+                torch.manual_seed((cfg.seed * 1_000_003 + rank * 10_007 + state.step) % (2**62))
+                host = task.make_batch(index)
+                batch = to_device(host, device)
+                with autocast():
+                    loss = task.loss(model, batch)
+                loss.backward()
+                if cfg.grad_clip is not None:
+                    nn.utils.clip_grad_norm_(raw.parameters(), cfg.grad_clip)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                run_loss += loss.detach().float()
+                n_tok = host["n_tokens"] * world
+                state.step += 1
+                state.step_in_epoch += 1
+                state.loss_count += 1
+                state.tokens += n_tok
+                steps_here += 1
+                log_tokens += n_tok
+                if t_window is not None:
+                    tokens_window += n_tok
+                if steps_here == warm_steps:
+                    sync()
+                    t_window, tokens_window = time.perf_counter(), 0
+                if bar is not None:
+                    bar.update(1)
+                    if state.step % cfg.log_every == 0:
+                        now = time.perf_counter()
+                        avg = (state.loss_sum + float(run_loss)) / state.loss_count
+                        bar.set_postfix(loss=f"{avg:.4f}", tok_s=f"{log_tokens / (now - log_t):,.0f}",
+                                        lr=f"{opt.param_groups[0]['lr']:.2e}")
+                        log_tokens, log_t = 0, now
+                for cb in self.callbacks:
+                    cb(self, state.step, loss)
+                if (cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0
+                        and state.step_in_epoch < len(plan) and state.step < total):
+                    flush_loss()
+                    self._save(raw, opt, state, rank)
+
+            # end of an epoch (or of max_steps)
+            sync()
+            now = time.perf_counter()
+            if t_window is not None:
+                timing["tokens"] += tokens_window
+                timing["seconds"] += now - t_window
+            flush_loss()
+            epoch_time = now - t_epoch
+            model.eval()
+            raw.eval()
+            t_eval = time.perf_counter()
+            evaluation = task.evaluate(raw, device, autocast)
+            record = {"epoch": state.epoch + 1, "step": state.step, "train_loss": state.loss_sum / max(1, state.loss_count),
+                      "lr": opt.param_groups[0]["lr"], "eval": evaluation,
+                      "epoch_train_seconds": epoch_time, "eval_seconds": time.perf_counter() - t_eval}
+            state.history.append(record)
+            self._select(state, record, raw, rank)
+            state.epoch += 1
+            state.step_in_epoch = 0
+            state.loss_sum, state.loss_count = 0.0, 0
+            self._save(raw, opt, state, rank)
+            summary = self._summary(state, timing, time.perf_counter() - t_start, device, bf16, world)
+            self._metrics(state, summary, rank)
+            if rank == 0 and not cfg.progress:
+                ev = "; ".join(f"{k}: " + ", ".join(f"{m}={v:.4f}" for m, v in d.items() if isinstance(v, float))
+                               for k, d in evaluation.items())
+                print(f"[{type(raw).__name__}] epoch {record['epoch']} step {state.step}/{total} "
+                      f"train_loss={record['train_loss']:.4f} {ev} ({epoch_time:.1f}s)", flush=True)
+            if t_window is not None:        # restart the window after evaluation
+                sync()
+                t_window, tokens_window = time.perf_counter(), 0
+            model.train()
+        if bar is not None:
+            bar.close()
+        raw.eval()
+        summary = self._summary(state, timing, time.perf_counter() - t_start, device, bf16, world)
+        self._metrics(state, summary, rank)
+        return {"history": state.history, "best": state.best, "summary": summary}
+
+    def _summary(self, state, timing, wall, device, bf16, world) -> dict:
+        return {"steps": state.step, "epochs_done": state.epoch, "tokens": state.tokens,
+                "steady_tokens_per_s": timing["tokens"] / timing["seconds"] if timing["seconds"] > 0 else None,
+                "wall_seconds_this_process": wall, "device": str(device), "bf16": bf16, "world_size": world,
+                "compile": self.config.compile}

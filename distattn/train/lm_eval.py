@@ -1,0 +1,152 @@
+"""Torch LMs under the shared next-token metric (:mod:`distattn.projection.nexttoken`).
+
+:class:`NextTokenScorer` adapts a causal LM to the evaluator's protocol, so a torch model, the
+projection predictor and the n-gram baselines are scored by the same code:
+
+* ``score_next_tokens(documents, temperature, prior, prior_weight)`` — the evaluator's fused
+  path: batched windows on the model's device, returning flat ``(logp, rank)`` arrays;
+* ``next_token_logits(token_ids)`` — the per-document path (used when a prior is mixed in).
+
+Each document is scored as ``[bos] + doc`` (the training stream of :class:`LMData` puts ``bos``
+before every document), so the first prediction, of token 1 from token 0, sees exactly the
+prefix. Documents longer than the model's ``max_len`` are scored with overlapping windows: every
+prediction beyond the first window has at least ``max_len - stride`` tokens of context.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+__all__ = ["NextTokenScorer", "evaluate_lm"]
+
+
+class NextTokenScorer:
+    """Wrap ``model`` (``model(ids) -> logits (B, T, V)``, a ``config.max_len``) for the next-token evaluator.
+
+    Parameters
+    ----------
+    bos_id : int
+        Prepended to every document (0: the ``<pad>`` id that :class:`LMData` uses).
+    oov_id : int, optional
+        Replaces negative (OOV) context ids; default the vocabulary's ``<unk>`` = 1.
+    stride : int, optional
+        New predictions per extra window for long documents (default ``max_len // 2``).
+    batch_size : int
+        Windows per forward pass.
+    precision : {"fp32", "bf16"}
+        fp32 (TF32 matmuls on CUDA) by default, so that ranks are not blurred by bf16 ties.
+    """
+
+    def __init__(self, model, *, bos_id: int = 0, oov_id: int = 1, stride: int | None = None, batch_size: int = 64,
+                 device=None, precision: str = "fp32"):
+        self.model = model
+        self.max_len = int(model.config.max_len)
+        self.vocab_size = int(model.config.vocab_size)
+        self.bos_id, self.oov_id = bos_id, oov_id
+        self.stride = stride or max(1, self.max_len // 2)
+        if not 1 <= self.stride <= self.max_len - 1 and self.max_len > 1:
+            raise ValueError(f"stride must be in [1, max_len - 1 = {self.max_len - 1}]; got {self.stride}")
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be 'fp32' or 'bf16'; got {precision!r}")
+        self.batch_size, self.precision = batch_size, precision
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+
+    def _windows(self, docs):
+        """(doc, window start in x = [bos]+doc, first scored row, stop row) for every window."""
+        out = []
+        W, s = self.max_len, self.stride
+        for d, L in enumerate(docs.lengths):
+            L = int(L)
+            if L < 2:
+                continue
+            n_rows = L                     # x has L + 1 tokens; rows 1..L-1 predict doc tokens 1..L-1
+            a = 0
+            out.append((d, 0, 1, min(W, n_rows)))
+            end = min(W, n_rows)
+            while end < n_rows:
+                a = end + s - W if end + s <= n_rows else n_rows - W
+                a = max(a, 0)
+                out.append((d, a, end, min(a + W, n_rows)))
+                end = min(a + W, n_rows)
+        return out
+
+    @torch.no_grad()
+    def _logits(self, ids: torch.Tensor) -> torch.Tensor:
+        self.model.eval()
+        if self.precision == "bf16" and self.device.type == "cuda":
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = self.model(ids)
+        else:
+            out = self.model(ids)
+        return out.float()
+
+    @torch.no_grad()
+    def score_next_tokens(self, documents, *, temperature: float = 1.0, prior=None, prior_weight: float = 0.0):
+        if prior is not None and prior_weight > 0:
+            return NotImplemented            # the evaluator then mixes the prior itself, per document
+        ids_all = np.asarray(documents.ids, dtype=np.int64)
+        offsets = np.asarray(documents.offsets)
+        logp = np.full(len(ids_all), np.nan)
+        rank = np.full(len(ids_all), -1, dtype=np.int64)
+        windows = self._windows(documents)
+        windows.sort(key=lambda w: -(w[3] - w[1]))           # similar lengths together
+        for start in range(0, len(windows), self.batch_size):
+            chunk = windows[start:start + self.batch_size]
+            T = max(w[3] - w[1] for w in chunk)
+            x = np.full((len(chunk), T + 1), self.bos_id, dtype=np.int64)     # +1 column: targets
+            for r, (d, a, _, stop) in enumerate(chunk):
+                doc = ids_all[offsets[d]:offsets[d + 1]]
+                xd = np.concatenate([[self.bos_id], doc])
+                seg = xd[a:stop + 1]
+                x[r, : len(seg)] = seg
+            inputs = x[:, :T].copy()
+            inputs[inputs < 0] = self.oov_id
+            logits = self._logits(torch.from_numpy(inputs).to(self.device)) / temperature
+            tgt = torch.from_numpy(np.maximum(x[:, 1:T + 1], 0)).to(self.device)
+            target_logit = logits.gather(-1, tgt[..., None])
+            lp = (target_logit[..., 0] - torch.logsumexp(logits, dim=-1)).double().cpu().numpy()
+            rk = ((logits >= target_logit).sum(-1) - 1).cpu().numpy()
+            for r, (d, a, first, stop) in enumerate(chunk):
+                # row p of x predicts x[p + 1] = doc[p]; the evaluator's flat index for it is offsets[d] + p - 1
+                rows = np.arange(first, stop)
+                flat = offsets[d] + rows - 1
+                logp[flat] = lp[r, rows - a]
+                rank[flat] = rk[r, rows - a]
+        # targets that are OOV keep their (meaningless) scores; the evaluator skips them
+        return logp, rank
+
+    @torch.no_grad()
+    def next_token_logits(self, token_ids) -> torch.Tensor:
+        """Rows ``t`` = scores of token ``t + 1`` given ``token_ids[:t + 1]`` for one document."""
+        doc = np.asarray(token_ids, dtype=np.int64)
+        L = len(doc)
+        rows = torch.empty(max(L - 1, 0), self.vocab_size, device=self.device)
+        from distattn.corpus.ragged import RaggedIds
+        for d, a, first, stop in self._windows(RaggedIds(doc.astype(np.int32), np.array([0, L]))):
+            x = np.concatenate([[self.bos_id], doc])[a:stop]
+            x[x < 0] = self.oov_id
+            logits = self._logits(torch.from_numpy(x)[None].to(self.device))[0]
+            rows[first - 1:stop - 1] = logits[first - a:stop - a]
+        return rows
+
+
+def evaluate_lm(model, documents, *, unk_id: int | None = 1, bos_id: int = 0, stride: int | None = None,
+                batch_size: int = 64, max_predictions: int | None = None, top_k=(1, 10), device=None,
+                precision: str = "fp32", **kwargs):
+    """Perplexity and top-k accuracy of a causal LM on held-out ``documents`` with the shared metric.
+
+    Positions whose target is ``<unk>`` (``unk_id``) or negative are skipped, as for the
+    projection predictor, so numbers are comparable on the same vocabulary. Returns
+    :class:`distattn.projection.nexttoken.NextTokenReport`.
+    """
+    from distattn.projection.nexttoken import evaluate_next_token
+
+    ragged = getattr(documents, "tokens", documents)
+    if device is None:
+        device = next(model.parameters()).device
+    scorer = NextTokenScorer(model, bos_id=bos_id, oov_id=unk_id if unk_id is not None else 1, stride=stride,
+                             batch_size=batch_size, device=device, precision=precision)
+    return evaluate_next_token(scorer, ragged, vocab_size=scorer.vocab_size, unk_id=unk_id,
+                               max_predictions=max_predictions, top_k=top_k, **kwargs)

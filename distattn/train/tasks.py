@@ -1,0 +1,119 @@
+"""What to train: a task turns data into batches, a loss, and evaluation metrics.
+
+A task offers ``plan(batch_size, epoch, seed, rank, world)`` (index arrays, see
+:func:`epoch_plan`), ``make_batch(index)``, ``loss(model, batch)``,
+``evaluate(model, device, autocast)`` → ``{set_name: {metric: value}}`` and ``fingerprint()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from distattn.train.data import ClassificationData, LMData, epoch_plan
+
+__all__ = ["ClassificationTask", "LMTask", "to_device"]
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    pin = device.type == "cuda"
+    return {k: (v.pin_memory().to(device, non_blocking=True) if pin else v.to(device))
+            if torch.is_tensor(v) else v for k, v in batch.items()}
+
+
+class ClassificationTask:
+    """Binary classification with a logit model ``model(ids, attention_mask) -> (B,)``; BCE loss.
+
+    ``eval_sets``: ``{name: ClassificationData}`` scored at each epoch (accuracy, loss).
+    ``length_grouping``: see :func:`epoch_plan` (0 = plain shuffling, as in the seed).
+    """
+
+    def __init__(self, train: ClassificationData, eval_sets: dict | None = None, *, length_grouping: int = 0,
+                 eval_batch_size: int = 256):
+        self.train = train
+        self.eval_sets = dict(eval_sets or {})
+        self.length_grouping = length_grouping
+        self.eval_batch_size = eval_batch_size
+
+    def fingerprint(self) -> dict:
+        return {"task": "classification", "train": self.train.fingerprint(), "length_grouping": self.length_grouping,
+                "eval": {k: v.fingerprint() for k, v in self.eval_sets.items()}}
+
+    def plan(self, batch_size, epoch, seed, rank=0, world=1):
+        return epoch_plan(len(self.train), batch_size, epoch=epoch, seed=seed, rank=rank, world=world,
+                          lengths=self.train.lengths, length_grouping=self.length_grouping)
+
+    def make_batch(self, index):
+        return self.train.batch(index)
+
+    def loss(self, model, batch):
+        logits = model(batch["ids"], batch["attention_mask"])
+        return F.binary_cross_entropy_with_logits(logits.float(), batch["labels"])
+
+    @torch.no_grad()
+    def predict(self, model, data: ClassificationData, device, autocast=contextlib.nullcontext) -> np.ndarray:
+        """Positive-class probabilities for every document of ``data``, in order."""
+        order = np.argsort(-data.lengths, kind="stable")           # little padding
+        probs = np.empty(len(data), dtype=np.float64)
+        for start in range(0, len(order), self.eval_batch_size):
+            idx = order[start:start + self.eval_batch_size]
+            b = to_device(data.batch(idx), device)
+            with autocast():
+                logits = model(b["ids"], b["attention_mask"])
+            probs[idx] = torch.sigmoid(logits.float()).cpu().numpy()
+        return probs
+
+    def evaluate(self, model, device, autocast=contextlib.nullcontext) -> dict:
+        out = {}
+        for name, data in self.eval_sets.items():
+            p = np.clip(self.predict(model, data, device, autocast), 1e-7, 1 - 1e-7)
+            y = data.labels.astype(np.float64)
+            out[name] = {"accuracy": float(((p >= 0.5) == (y == 1)).mean()),
+                         "loss": float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()), "n": int(len(y))}
+        return out
+
+
+class LMTask:
+    """Next-token prediction: ``model(ids, targets) -> (logits, loss)``. Evaluation: mean loss and
+    perplexity on each eval set (at most ``max_eval_sequences`` sequences of each)."""
+
+    def __init__(self, train: LMData, eval_sets: dict | None = None, *, eval_batch_size: int = 64,
+                 max_eval_sequences: int | None = 2048):
+        self.train = train
+        self.eval_sets = dict(eval_sets or {})
+        self.eval_batch_size = eval_batch_size
+        self.max_eval_sequences = max_eval_sequences
+
+    def fingerprint(self) -> dict:
+        return {"task": "lm", "train": self.train.fingerprint(),
+                "eval": {k: v.fingerprint() for k, v in self.eval_sets.items()}}
+
+    def plan(self, batch_size, epoch, seed, rank=0, world=1):
+        return epoch_plan(len(self.train), batch_size, epoch=epoch, seed=seed, rank=rank, world=world)
+
+    def make_batch(self, index):
+        return self.train.batch(index)
+
+    def loss(self, model, batch):
+        return model(batch["ids"], batch["targets"])[1]
+
+    @torch.no_grad()
+    def evaluate(self, model, device, autocast=contextlib.nullcontext) -> dict:
+        out = {}
+        for name, data in self.eval_sets.items():
+            n = len(data) if self.max_eval_sequences is None else min(len(data), self.max_eval_sequences)
+            total, count = 0.0, 0
+            for start in range(0, n, self.eval_batch_size):
+                b = to_device(data.batch(np.arange(start, min(n, start + self.eval_batch_size))), device)
+                with autocast():
+                    _, loss = model(b["ids"], b["targets"])
+                k = int((b["targets"] >= 0).sum())
+                total += float(loss) * k
+                count += k
+            mean = total / max(count, 1)
+            out[name] = {"loss": mean, "perplexity": math.exp(mean), "n_tokens": count}
+        return out

@@ -1,0 +1,302 @@
+"""distattn.models: the seed classifier, the LMs, attention capture, positions, circuits, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import distattn.models.attention as attention_module
+from distattn.models import (AttentionOnlyConfig, ClassifierConfig, FactoredMatrix, LMConfig, ProjectionMatchedLM,
+                             TransformerClassifier, TransformerLM, build_model, config_from_dict, hook_points,
+                             load_embeddings, ov_circuit, qk_circuit, seed_classifier_config,
+                             sinusoidal_table)
+from distattn.models.positional import POSITIONAL
+
+V = 50
+
+
+def tiny_classifier(**kw):
+    base = dict(vocab_size=V, d_model=16, d_ff=32, head_hidden=8, max_len=12, n_heads=4)
+    base.update(kw)
+    return TransformerClassifier(seed_classifier_config(**base)).eval()
+
+
+def tiny_lm(**kw):
+    base = dict(vocab_size=V, d_model=16, n_heads=4, n_layers=2, max_len=12)
+    base.update(kw)
+    return TransformerLM(LMConfig(**base)).eval()
+
+
+def batch(B=3, T=10, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(2, V, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    if B > 1:
+        mask[1, 6:] = False
+    ids[~mask] = 0
+    return ids, mask
+
+
+# -- the seed architecture ----------------------------------------------------------------------
+
+def test_seed_classifier_matches_the_paper():
+    cfg = seed_classifier_config(vocab_size=30_000)
+    m = TransformerClassifier(cfg)
+    assert (cfg.d_model, cfg.max_len, cfg.n_layers, cfg.n_heads, cfg.ff_width) == (256, 256, 2, 4, 1024)
+    assert cfg.norm == "post" and cfg.activation == "relu" and cfg.positional == "learned" and cfg.dropout == 0.1
+    assert m.trunk.tok_emb.weight.shape == (30_000, 256) and m.trunk.tok_emb.padding_idx == 0
+    assert m.trunk.pos.table.shape == (256, 256)
+    drops = [mod.p for mod in m.head if isinstance(mod, torch.nn.Dropout)]
+    lins = [(mod.in_features, mod.out_features) for mod in m.head if isinstance(mod, torch.nn.Linear)]
+    assert drops == [0.2, 0.2] and lins == [(256, 128), (128, 1)]
+    assert len(m.trunk.blocks) == 2 and m.trunk.blocks[0].attn.n_heads == 4
+    # PyTorch default N(0, 1) embeddings, as nn.Embedding in the seed's code; padding row zero
+    assert 0.9 < m.trunk.tok_emb.weight[1:].std().item() < 1.1
+    assert torch.count_nonzero(m.trunk.tok_emb.weight[0]) == 0
+
+
+def test_classifier_pools_only_real_tokens():
+    m = tiny_classifier()
+    ids, mask = batch()
+    out = m(ids, mask)
+    assert out.shape == (3,)
+    # changing padded positions changes nothing
+    ids2 = ids.clone()
+    ids2[1, 6:] = 7
+    assert torch.allclose(m(ids2, mask), out, atol=1e-6)
+    # an all-padding row stays finite
+    mask[2] = False
+    assert torch.isfinite(m(ids, mask)).all()
+    p = m.predict_proba(ids, mask)
+    assert ((p > 0) & (p < 1)).all()
+
+
+# -- capture and the two attention paths ----------------------------------------------------------
+
+@pytest.mark.parametrize("positional", POSITIONAL)
+@pytest.mark.parametrize("causal", [False, True])
+def test_capture_path_equals_fast_path(positional, causal):
+    kw = dict(positional=positional, causal=causal)
+    torch.manual_seed(0)
+    m = tiny_classifier(**kw)
+    ids, mask = batch()
+    fast = m(ids, mask)
+    slow, cache = m(ids, mask, capture=True)
+    assert torch.allclose(fast, slow, atol=1e-5)
+    for layer in range(2):
+        pattern = cache[f"trunk.blocks.{layer}.attn.hook_pattern"]
+        scores = cache[f"trunk.blocks.{layer}.attn.hook_scores"]
+        assert pattern.shape == scores.shape == (3, 4, 10, 10)
+        assert torch.allclose(pattern.sum(-1), torch.ones(3, 4, 10), atol=1e-5)
+        if causal:
+            assert torch.all(pattern[..., torch.ones(10, 10, dtype=torch.bool).triu(1)] == 0)
+        else:
+            assert torch.all(pattern[1, :, :, 6:] == 0)          # padded keys get no weight
+            assert torch.all(torch.isneginf(scores[1, :, :, 6:]))
+
+
+def test_unused_capture_costs_nothing(monkeypatch):
+    calls = []
+    real = attention_module.F.scaled_dot_product_attention
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", counting)
+    m = tiny_lm()
+    ids, _ = batch()
+    m(ids)
+    assert len(calls) == 2                    # the fused kernel, once per layer
+    calls.clear()
+    _, cache = m(ids, capture=True)
+    assert calls == [] and len(cache) > 0     # materialised only when asked
+    calls.clear()
+    m(ids)                                    # hooks are removed afterwards
+    assert len(calls) == 2
+    assert not any(p.active for p in hook_points(m).values())
+
+
+def test_named_hook_can_edit_pattern():
+    m = tiny_lm(n_layers=1)
+    ids, _ = batch()
+    base = m(ids)
+    point = hook_points(m)["trunk.blocks.0.attn.hook_pattern"]
+    h = point.register_forward_hook(lambda mod, inp, out: torch.zeros_like(out))
+    try:
+        edited = m(ids)
+    finally:
+        h.remove()
+    assert not torch.allclose(base, edited)
+    assert torch.allclose(m(ids), base, atol=1e-6)
+
+
+# -- positions ------------------------------------------------------------------------------------
+
+def test_sinusoidal_table_follows_the_formula():
+    t = sinusoidal_table(7, 6)
+    p, i = 5, 1
+    assert math.isclose(t[p, 2 * i].item(), math.sin(p / 10000 ** (2 * i / 6)), rel_tol=1e-6)
+    assert math.isclose(t[p, 2 * i + 1].item(), math.cos(p / 10000 ** (2 * i / 6)), rel_tol=1e-6)
+
+
+def test_relative_scores_are_q_dot_k_plus_r():
+    torch.manual_seed(1)
+    m = tiny_lm(positional="relative", n_layers=1, n_heads=2)
+    attn = m.trunk.blocks[0].attn
+    torch.nn.init.normal_(attn.relative.vectors, std=1.0)
+    ids, _ = batch(B=1, T=5)
+    _, cache = m(ids, capture=True)
+    x = m.trunk.blocks[0].ln1(m.trunk.tok_emb(ids))
+    q, k, _ = attn.qkv(x).view(1, 5, 3, 2, 8).permute(2, 0, 3, 1, 4)
+    r = attn.relative.vectors
+    K = attn.relative.max_distance
+    i, j, h = 4, 1, 1
+    expected = (q[0, h, i] @ (k[0, h, j] + r[i - j + K])).item() / math.sqrt(8)
+    assert math.isclose(cache["trunk.blocks.0.attn.hook_scores"][0, h, i, j].item(), expected, rel_tol=1e-4)
+
+
+def test_rope_scores_depend_on_offsets_only():
+    torch.manual_seed(2)
+    m = tiny_lm(positional="rope", n_layers=1)
+    ids = torch.tensor([[5, 9, 5, 9, 5, 9]])
+    _, cache = m(ids, capture=True)
+    s = cache["trunk.blocks.0.attn.hook_scores"][0]
+    # (query 9 at 3, key 5 at 2) and (query 9 at 5, key 5 at 4): same tokens, same offset
+    assert torch.allclose(s[:, 3, 2], s[:, 5, 4], atol=1e-5)
+    assert not torch.allclose(s[:, 3, 2], s[:, 5, 2], atol=1e-3)
+
+
+# -- the projection-matched LM and circuits ----------------------------------------------------
+
+def test_projection_matched_logits_are_pattern_times_ov_rows():
+    torch.manual_seed(3)
+    m = ProjectionMatchedLM(AttentionOnlyConfig(vocab_size=V, d_model=12, n_heads=3, max_len=12)).eval()
+    ids, _ = batch(B=2, T=7)
+    logits, cache = m(ids, capture=True)
+    pattern = cache["attn.hook_pattern"]                      # (B, H, T, T)
+    ov = ov_circuit(m, 0).to_dense()                          # (H, V, V)
+    # E = M (QS): logits[t] = sum_h sum_j A_h[t, j] OV_h[x_j]
+    expected = torch.einsum("bhtj,bhjv->btv", pattern, ov[:, ids].permute(1, 0, 2, 3))
+    assert torch.allclose(logits, expected, atol=1e-4)
+    assert m(ids).shape == (2, 7, V)
+
+
+def test_qk_circuit_gives_the_scores():
+    torch.manual_seed(4)
+    m = ProjectionMatchedLM(AttentionOnlyConfig(vocab_size=V, d_model=12, n_heads=2, max_len=12)).eval()
+    ids, _ = batch(B=1, T=6)
+    _, cache = m(ids, capture=True)
+    qk = qk_circuit(m, 0)
+    assert qk.shape == (2, V, V) and qk.inner_dim == 6
+    dense = qk.to_dense() / math.sqrt(6)
+    s = cache["attn.hook_scores"][0]
+    t, j = 5, 2
+    assert torch.allclose(s[:, t, j], dense[:, ids[0, t], ids[0, j]], atol=1e-5)
+
+
+def test_factored_matrix_svd_and_eigenvalues():
+    g = torch.Generator().manual_seed(5)
+    A, B = torch.randn(2, 40, 5, generator=g), torch.randn(2, 5, 40, generator=g)
+    f = FactoredMatrix(A, B)
+    dense = A.double() @ B.double()
+    assert torch.allclose(f.singular_values, torch.linalg.svdvals(dense)[:, :5], atol=1e-8)
+    u, s, vh = f.svd()
+    assert torch.allclose(u @ torch.diag_embed(s) @ vh, dense, atol=1e-8)
+    ev = f[0].eigenvalues()
+    dense_ev = torch.linalg.eigvals(dense[0])
+    top = dense_ev[dense_ev.abs().argsort(descending=True)][:5]
+    assert torch.allclose(torch.sort(ev.abs()).values, torch.sort(top.abs()).values, atol=1e-6)
+    assert torch.allclose(f.rows([3, 7]).double(), dense[:, [3, 7]], atol=1e-4)
+    with pytest.raises(ValueError, match="matching r"):
+        FactoredMatrix(A, B.transpose(-2, -1)[:, :4])
+
+
+def test_lm_circuits_and_flops():
+    m = tiny_lm()
+    assert ov_circuit(m, 1).shape == (4, V, V)
+    assert qk_circuit(m, -1).shape == (4, V, V)
+    with pytest.raises(ValueError, match="layer must be"):
+        qk_circuit(m, 2)
+    assert ov_circuit(tiny_classifier(), 0).shape == (4, V, 16)   # no unembedding: into the residual stream
+    c = m.config
+    n = sum(p.numel() for p in m.parameters()) - m.trunk.pos.table.numel()
+    assert m.n_params() == n                                      # tied unembedding counted once
+    assert m.flops_per_token(12) == 6 * n + 12 * c.n_layers * c.d_model * 12
+
+
+# -- embeddings, pretrained trunks, configs ------------------------------------------------------
+
+def test_load_embeddings_from_svd_vectors():
+    m = tiny_classifier()
+    vec = np.random.default_rng(0).normal(size=(V, 16))
+    vec[:2] = 0                                      # specials, as SVDEmbeddings leaves them
+    before = m.trunk.tok_emb.weight[1].clone()
+    load_embeddings(m, vec)
+    w = m.trunk.tok_emb.weight.detach()
+    ratio = w[5] / torch.as_tensor(vec[5], dtype=torch.float32)
+    assert torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4)     # same direction, rescaled
+    assert torch.equal(w[1], before) and torch.count_nonzero(w[0]) == 0
+    with pytest.raises(ValueError, match=r"\(50, 8\).*\(50, 16\)"):
+        load_embeddings(m, vec[:, :8])
+
+
+def test_classifier_takes_a_pretrained_lm_trunk():
+    from distattn.train.recipes import classifier_from_lm
+    lm = tiny_lm()
+    clf = TransformerClassifier(classifier_from_lm(lm.config, max_len=20))
+    clf.load_trunk(lm)
+    assert torch.equal(clf.trunk.blocks[1].attn.qkv.weight, lm.trunk.blocks[1].attn.qkv.weight)
+    assert torch.equal(clf.trunk.pos.table[:12], lm.trunk.pos.table)
+    other = TransformerClassifier(classifier_from_lm(LMConfig(vocab_size=V, d_model=32, n_heads=4, n_layers=2,
+                                                              max_len=12)))
+    with pytest.raises(ValueError, match="d_model"):
+        other.load_trunk(lm)
+
+
+def test_config_round_trip_and_build():
+    cfg = seed_classifier_config(vocab_size=V, d_model=8, n_heads=2, max_len=4)
+    again = config_from_dict(cfg.to_dict())
+    assert again == cfg and isinstance(again, ClassifierConfig)
+    assert isinstance(build_model(cfg.to_dict()), TransformerClassifier)
+    assert isinstance(build_model(AttentionOnlyConfig(vocab_size=V, d_model=4)), ProjectionMatchedLM)
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+def test_sequence_longer_than_max_len_is_refused():
+    m = tiny_classifier()
+    with pytest.raises(ValueError, match=r"length 13 is longer than max_len=12"):
+        m(torch.ones(2, 13, dtype=torch.long))
+    with pytest.raises(ValueError, match="max_len=12"):
+        tiny_lm()(torch.ones(1, 13, dtype=torch.long))
+
+
+def test_empty_batch_is_refused():
+    m = tiny_classifier()
+    with pytest.raises(ValueError, match="empty batch"):
+        m(torch.ones(0, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="empty batch"):
+        tiny_lm()(torch.ones(3, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"shape \(batch, seq_len\)"):
+        m(torch.ones(5, dtype=torch.long))
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("positional", "alibi", "positional must be one of"),
+    ("norm", "rms", "norm must be one of"),
+    ("n_heads", 5, "divisible by n_heads=5"),
+    ("dropout", 1.5, r"dropout must be a number in \[0, 1\)"),
+    ("d_model", 0, "d_model must be an integer >= 1"),
+])
+def test_bad_config_values_are_named(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        TransformerClassifier(seed_classifier_config(vocab_size=V, **{field: value}))
+
+
+def test_lm_must_be_causal():
+    with pytest.raises(ValueError, match="causal"):
+        TransformerLM(LMConfig(vocab_size=V, d_model=8, n_heads=2, causal=False))

@@ -1,0 +1,330 @@
+"""distattn.train: data, schedule, the trainer, checkpoints (kill and resume), DDP over gloo, LM metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from distattn.corpus.ragged import RaggedIds
+from distattn.models import LMConfig, TransformerClassifier, TransformerLM, seed_classifier_config
+from distattn.train import (CheckpointMismatchError, ClassificationData, ClassificationTask, LMData, LMTask,
+                            NextTokenScorer, TrainConfig, Trainer, epoch_plan, evaluate_lm, load_checkpoint,
+                            load_model, lr_factor, pick_device, save_model, seed_everything)
+from distattn.train.recipes import seed_train_config
+
+REPO = Path(__file__).resolve().parents[1]
+V = 30
+
+
+def toy_docs(n=64, seed=0):
+    """Label 1 iff token 3 occurs more often than token 4: learnable in a few steps."""
+    rng = np.random.default_rng(seed)
+    docs, labels = [], []
+    for i in range(n):
+        y = i % 2
+        d = rng.integers(5, V, rng.integers(4, 14))
+        d[rng.random(len(d)) < 0.5] = 3 if y else 4
+        docs.append(d)
+        labels.append(y)
+    return docs, np.array(labels)
+
+
+def tiny_classifier():
+    return TransformerClassifier(seed_classifier_config(vocab_size=V, d_model=16, d_ff=32, n_heads=2, head_hidden=8,
+                                                        max_len=16, init="gpt2"))
+
+
+def quiet(**kw):
+    base = dict(device="cpu", progress=False, log_every=1000)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+# -- data -------------------------------------------------------------------------------------------
+
+def test_epoch_plan_is_deterministic_and_split_over_processes():
+    a = epoch_plan(50, 8, epoch=3, seed=1)
+    assert [x.tolist() for x in a] == [x.tolist() for x in epoch_plan(50, 8, epoch=3, seed=1)]
+    assert len(a) == 6 and all(len(x) == 8 for x in a)                 # the partial batch is dropped
+    assert [x.tolist() for x in a] != [x.tolist() for x in epoch_plan(50, 8, epoch=4, seed=1)]
+    r0, r1 = epoch_plan(50, 8, epoch=3, seed=1, world=2, rank=0), epoch_plan(50, 8, epoch=3, seed=1, world=2, rank=1)
+    assert all(np.array_equal(np.concatenate([x, y]), g) for x, y, g in zip(r0, r1, a))
+    with pytest.raises(ValueError, match="divisible"):
+        epoch_plan(50, 7, world=2)
+    lengths = np.arange(50)
+    grouped = epoch_plan(50, 5, lengths=lengths, length_grouping=10)      # one window: sorted batches
+    assert all(lengths[b].max() - lengths[b].min() == 4 for b in grouped)
+    assert sorted(np.concatenate(grouped).tolist()) == list(range(50))
+
+
+def test_classification_batches_and_truncation():
+    docs = [np.arange(2, 12), np.array([5, 6])]
+    data = ClassificationData(docs, [1, 0], max_len=6)
+    b = data.batch([0, 1])
+    assert b["ids"].tolist() == [[2, 3, 4, 5, 6, 7], [5, 6, 0, 0, 0, 0]]
+    assert b["attention_mask"].sum(1).tolist() == [6, 2] and b["n_tokens"] == 8
+    ht = ClassificationData(docs, [1, 0], max_len=6, truncation="head+tail", head_fraction=0.5)
+    assert ht.batch([0])["ids"].tolist() == [[2, 3, 4, 9, 10, 11]]
+    assert ClassificationData(docs, [1, 0], max_len=6, pad_multiple=4).batch([1])["ids"].shape == (1, 4)
+
+
+def test_classification_data_bad_input():
+    docs = [np.arange(2, 12), np.array([5, 6])]
+    with pytest.raises(ValueError, match="longer than max_len=6"):
+        ClassificationData(docs, [1, 0], max_len=6, truncation="error")
+    with pytest.raises(ValueError, match="empty batch"):
+        ClassificationData(docs, [1, 0]).batch([])
+    with pytest.raises(ValueError, match="label -1"):
+        ClassificationData(docs, [1, -1])
+    with pytest.raises(ValueError, match="negative token id"):
+        ClassificationData([np.array([2, -1])], [1])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        ClassificationData(docs, [1, 0], vocab_size=8)
+    with pytest.raises(ValueError, match="truncation must be one of"):
+        ClassificationData(docs, [1, 0], truncation="tail")
+
+
+def test_lm_stream_puts_bos_before_each_document():
+    data = LMData([np.array([5, 6, 7]), np.array([8, -1])], seq_len=3, oov_id=1)
+    b = data.batch([0, 1])
+    assert b["ids"].tolist() == [[0, 5, 6], [7, 0, 8]]
+    assert b["targets"].tolist() == [[5, 6, 7], [0, 8, -1]]          # the OOV target is ignored
+    with pytest.raises(ValueError, match="negative token id"):
+        LMData([np.array([5, -1])], seq_len=1)
+
+
+def test_lr_schedule_warms_up_then_decays():
+    cfg = TrainConfig(lr=1.0, warmup_steps=4, schedule="cosine", min_lr_ratio=0.1)
+    f = [lr_factor(s, 20, cfg) for s in range(20)]
+    assert f[:4] == [0.25, 0.5, 0.75, 1.0] and f[4] == 1.0
+    assert all(a >= b for a, b in zip(f[4:], f[5:])) and abs(f[-1] - 0.1) < 0.01
+    assert lr_factor(10, 20, seed_train_config()) == 1.0
+
+
+def test_train_config_errors_name_the_value():
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        TrainConfig(schedule="step").validate()
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1; got 0"):
+        TrainConfig(batch_size=0).validate()
+    assert pick_device().type in ("cpu", "cuda", "mps")
+
+
+# -- training ---------------------------------------------------------------------------------------
+
+def test_trainer_learns_and_writes_metrics(tmp_path):
+    docs, y = toy_docs()
+    seed_everything(0)
+    model = tiny_classifier()
+    task = ClassificationTask(ClassificationData(docs[:48], y[:48], max_len=16),
+                              {"val": ClassificationData(docs[48:], y[48:], max_len=16)})
+    out = Trainer(model, task, quiet(epochs=10, batch_size=8, lr=5e-3, warmup_steps=3, select_on="val/accuracy",
+                                     save_best=True), out_dir=tmp_path).fit()
+    assert out["history"][-1]["eval"]["val"]["accuracy"] >= 0.9
+    assert out["history"][-1]["train_loss"] < out["history"][0]["train_loss"]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert [h["epoch"] for h in metrics["history"]] == list(range(1, 11))
+    assert metrics["best"]["epoch"] == out["best"]["epoch"]
+    assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "best.pt").exists()
+    assert not list(tmp_path.glob("*.part*"))                              # atomic writes leave nothing
+    again = load_model(tmp_path / "best.pt")
+    assert isinstance(again, TransformerClassifier)
+
+
+def test_checkpoint_from_another_config_is_refused(tmp_path):
+    docs, y = toy_docs(16)
+    task = ClassificationTask(ClassificationData(docs, y, max_len=16))
+    Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=8), out_dir=tmp_path).fit()
+    other = TransformerClassifier(seed_classifier_config(vocab_size=V, d_model=32, d_ff=32, n_heads=2, max_len=16))
+    with pytest.raises(CheckpointMismatchError, match=r"model.d_model: checkpoint 16, this run 32"):
+        Trainer(other, task, quiet(epochs=1, batch_size=8), out_dir=tmp_path).fit()
+    with pytest.raises(CheckpointMismatchError, match=r"train.lr: checkpoint 0.0003, this run 0.001"):
+        Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=8, lr=1e-3), out_dir=tmp_path).fit()
+    with pytest.raises(CheckpointMismatchError, match="d_model"):
+        load_checkpoint(tmp_path / "checkpoint.pt", other)
+    save_model(tiny_classifier(), tmp_path / "m.pt")
+    with pytest.raises(CheckpointMismatchError, match="d_model"):
+        load_model(tmp_path / "m.pt", other)
+
+
+def test_resume_continues_a_finished_run_without_training(tmp_path):
+    docs, y = toy_docs(16)
+    task = ClassificationTask(ClassificationData(docs, y, max_len=16))
+    first = Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8), out_dir=tmp_path).fit()
+    second = Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8), out_dir=tmp_path).fit()
+    assert second["summary"]["steps"] == first["summary"]["steps"] == 4
+    assert [h["train_loss"] for h in second["history"]] == [h["train_loss"] for h in first["history"]]
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import sys, time, numpy as np, torch
+    torch.set_num_threads(1)
+    from distattn.models import TransformerClassifier, seed_classifier_config
+    from distattn.train import ClassificationData, ClassificationTask, Trainer, TrainConfig, seed_everything, save_model
+    out, slow = sys.argv[1], sys.argv[2] == "slow"
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(2, 30, rng.integers(3, 14)) for _ in range(48)]
+    y = np.array([int((d < 15).mean() > 0.5) for d in docs])
+    seed_everything(0)
+    model = TransformerClassifier(seed_classifier_config(vocab_size=30, d_model=16, d_ff=32, n_heads=2, head_hidden=8,
+                                                         max_len=16, dropout=0.1))
+    task = ClassificationTask(ClassificationData(docs[:40], y[:40], max_len=16),
+                              {"val": ClassificationData(docs[40:], y[40:], max_len=16)})
+    cbs = [lambda tr, step, loss: time.sleep(0.15)] if slow else []
+    cfg = TrainConfig(epochs=3, batch_size=8, lr=3e-3, warmup_steps=2, checkpoint_every=2, device="cpu",
+                      progress=False)
+    Trainer(model, task, cfg, out_dir=out, callbacks=cbs).fit()
+    save_model(model, out + "/final.pt")
+    print("DONE", flush=True)
+""")
+
+
+def _run_env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _history(path):
+    h = json.loads((Path(path) / "metrics.json").read_text())["history"]
+    return [{k: v for k, v in e.items() if not k.endswith("seconds")} for e in h]
+
+
+def test_killed_run_resumes_to_the_same_result(tmp_path):
+    script = tmp_path / "train_kill.py"
+    script.write_text(KILL_SCRIPT)
+    env = _run_env()
+    a, b = tmp_path / "a", tmp_path / "b"
+    subprocess.run([sys.executable, str(script), str(a), "fast"], env=env, check=True, timeout=120,
+                   capture_output=True)
+
+    proc = subprocess.Popen([sys.executable, str(script), str(b), "slow"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    deadline = time.time() + 90
+    while not (b / "checkpoint.pt").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL                    # killed, not finished
+    assert not (b / "final.pt").exists()
+    state = torch.load(b / "checkpoint.pt", weights_only=False)["state"]
+    assert 0 < state["step"] < 15                                # mid-training: 3 epochs x 5 steps
+
+    subprocess.run([sys.executable, str(script), str(b), "fast"], env=env, check=True, timeout=120,
+                   capture_output=True)
+    wa, wb = torch.load(a / "final.pt")["model"], torch.load(b / "final.pt")["model"]
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert _history(a) == _history(b)
+
+
+DDP_SCRIPT = textwrap.dedent("""
+    import os, sys, numpy as np, torch
+    torch.set_num_threads(1)
+    from distattn.models import TransformerLM, LMConfig
+    from distattn.train import LMData, LMTask, Trainer, TrainConfig, seed_everything, setup_distributed
+    out = sys.argv[1]
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(2, 30, rng.integers(5, 20)) for _ in range(40)]
+    seed_everything(0)
+    model = TransformerLM(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2, max_len=8))
+    cfg = TrainConfig(epochs=2, batch_size=8, lr=3e-3, warmup_steps=2, device="cpu", progress=False)
+    res = Trainer(model, LMTask(LMData(docs, seq_len=8)), cfg, out_dir=out + "/run").fit()
+    rank, world, _ = setup_distributed()
+    torch.save({"state": model.state_dict(), "world": world, "summary": res["summary"]}, f"{out}/rank{rank}.pt")
+""")
+
+
+def test_ddp_gloo_two_processes_match_one(tmp_path):
+    script = tmp_path / "train_ddp.py"
+    script.write_text(DDP_SCRIPT)
+    env = _run_env()
+    ddp, single = tmp_path / "ddp", tmp_path / "single"
+    ddp.mkdir()
+    single.mkdir()
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        str(script), str(ddp)], env=env, timeout=180, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    env1 = {k: v for k, v in env.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    subprocess.run([sys.executable, str(script), str(single)], env=env1, check=True, timeout=120, capture_output=True)
+    r0, r1 = torch.load(ddp / "rank0.pt"), torch.load(ddp / "rank1.pt")
+    one = torch.load(single / "rank0.pt")
+    assert r0["world"] == r1["world"] == 2 and one["world"] == 1
+    assert r0["summary"]["steps"] == one["summary"]["steps"] > 0
+    for k in one["state"]:
+        assert torch.equal(r0["state"][k], r1["state"][k]), k                       # ranks stay in sync
+        assert torch.allclose(r0["state"][k], one["state"][k], atol=1e-5), k        # = one process, global batch
+    assert not torch.allclose(one["state"]["trunk.blocks.0.attn.qkv.weight"],
+                              TransformerLM(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2,
+                                                     max_len=8)).state_dict()["trunk.blocks.0.attn.qkv.weight"])
+
+
+# -- next-token evaluation with the shared metric ---------------------------------------------------
+
+def tiny_trained_lm():
+    torch.manual_seed(0)
+    return TransformerLM(LMConfig(vocab_size=V, d_model=16, n_heads=2, n_layers=1, max_len=8)).eval()
+
+
+def test_scorer_matches_brute_force_windows():
+    lm = tiny_trained_lm()
+    rng = np.random.default_rng(1)
+    docs = [rng.integers(2, V, n) for n in (1, 2, 5, 8, 9, 21)]
+    ragged = RaggedIds.from_sequences(docs)
+    logp, rank = NextTokenScorer(lm, stride=1, batch_size=4).score_next_tokens(ragged)
+    for d, doc in enumerate(docs):
+        x = np.concatenate([[0], doc])
+        for p in range(1, len(doc)):
+            a = max(0, p + 1 - 8)             # stride 1: every prediction sees a full window
+            with torch.no_grad():
+                row = lm(torch.tensor(x[a:p + 1])[None])[0, -1]
+            t = ragged.offsets[d] + p - 1
+            assert abs(torch.log_softmax(row, -1)[x[p + 1]].item() - logp[t]) < 1e-5
+            assert rank[t] == int((row >= row[x[p + 1]]).sum()) - 1
+        assert np.isnan(logp[ragged.offsets[d + 1] - 1])         # the last token predicts nothing
+
+
+def test_evaluate_lm_uses_the_shared_metric_and_skips_unk_targets():
+    from distattn.projection.nexttoken import NextTokenReport, evaluate_next_token
+    lm = tiny_trained_lm()
+    rng = np.random.default_rng(2)
+    docs = [rng.integers(1, V, n) for n in (6, 12, 30)]
+    rep = evaluate_lm(lm, docs, unk_id=1)
+    assert isinstance(rep, NextTokenReport)
+    n_unk_targets = sum(int((d[1:] == 1).sum()) for d in docs)
+    assert rep.n_oov_targets == n_unk_targets and rep.n_predictions == sum(len(d) - 1 for d in docs) - n_unk_targets
+    assert 1 < rep.perplexity < 10 * V and 0 <= rep.top1_accuracy <= rep.top10_accuracy <= 1
+
+    class PerDocument:                   # the evaluator's generic path, through next_token_logits
+        vocab_size = V
+
+        def __init__(self, scorer):
+            self.scorer = scorer
+
+        def next_token_logits(self, ids):
+            return self.scorer.next_token_logits(ids)
+
+    slow = evaluate_next_token(PerDocument(NextTokenScorer(lm)), docs, vocab_size=V, unk_id=1)
+    assert abs(slow.mean_nll - rep.mean_nll) < 1e-5 and slow.top_k_accuracy == rep.top_k_accuracy
+
+
+def test_lm_trains_on_the_stream():
+    rng = np.random.default_rng(3)
+    docs = [np.roll(np.tile([5, 6, 7, 8], 6), rng.integers(4)) for _ in range(20)]
+    seed_everything(0)
+    lm = TransformerLM(LMConfig(vocab_size=V, d_model=16, n_heads=2, n_layers=1, max_len=8))
+    res = Trainer(lm, LMTask(LMData(docs, seq_len=8), {"train": LMData(docs, seq_len=8)}),
+                  quiet(epochs=12, batch_size=8, lr=1e-2, warmup_steps=2)).fit()
+    assert res["history"][-1]["eval"]["train"]["perplexity"] < 2.0
+    assert evaluate_lm(lm, docs[:3]).top1_accuracy > 0.9
