@@ -1,0 +1,394 @@
+"""One comparison run: every stage in order, then the analysis views, the figures, metrics.json,
+config.json and report.html in ``<out>/<corpus>-<timestamp>/``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from distattn.atomic import write_json
+from distattn.compare.config import CompareConfig
+from distattn.compare.stages import Data, load_data, stage_models, stage_projection, stage_statistics
+
+log = logging.getLogger("distattn.compare")
+
+
+class OutputDirError(OSError):
+    """The output directory cannot be created or written."""
+
+
+def make_run_dir(out: str, corpus: str) -> Path:
+    """``<out>/<corpus>-<timestamp>``, created now so an unwritable ``--out`` fails before any work."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(out) / f"{corpus}-{stamp}"
+    i = 1
+    while run_dir.exists():
+        run_dir = Path(out) / f"{corpus}-{stamp}-{i}"
+        i += 1
+    try:
+        for sub in ("figures", "graphs", "checkpoints"):
+            (run_dir / sub).mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputDirError(f"cannot write the run directory {str(run_dir)!r} under --out {out!r}: "
+                             f"{exc.strerror or exc}") from None
+    return run_dir
+
+
+def environment(cfg: CompareConfig, profile: str, sizes, device) -> dict:
+    import dataclasses
+
+    import networkx
+    import scipy
+    import sklearn
+    import torch
+
+    import distattn
+    versions = {"python": platform.python_version(), "distattn": distattn.__version__, "numpy": np.__version__,
+                "scipy": scipy.__version__, "scikit-learn": sklearn.__version__, "torch": torch.__version__,
+                "networkx": networkx.__version__}
+    try:
+        git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(distattn.__file__).parent, capture_output=True,
+                             text=True, timeout=5)
+        git_hash = git.stdout.strip() if git.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        git_hash = None
+    return {"config": dataclasses.asdict(cfg), "profile": profile, "sizes": dataclasses.asdict(sizes),
+            "device": str(device), "seed": cfg.seed, "versions": versions, "git_hash": git_hash,
+            "command": " ".join(sys.argv), "started": datetime.now().isoformat(timespec="seconds")}
+
+
+def _stage(name, timings, fn, *args, **kwargs):
+    t = time.perf_counter()
+    log.info("stage %s ...", name)
+    out = fn(*args, **kwargs)
+    timings[name] = round(time.perf_counter() - t, 3)
+    log.info("stage %s done in %.1fs", name, timings[name])
+    return out
+
+
+def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
+    """Run the whole study; returns the run directory."""
+    from distattn.train import pick_device
+    cfg.validate()
+    run_dir = make_run_dir(cfg.out, cfg.corpus)
+    profile = cfg.resolved_profile()
+    sizes = cfg.sizes()
+    device = pick_device(cfg.device)
+    env = environment(cfg, profile, sizes, device)
+    write_json(run_dir / "config.json", env)
+    timings: dict = {}
+    t0 = time.perf_counter()
+    metrics: dict = {"profile": profile, "timings_s": timings}
+    if cfg.corpus == "paper":
+        metrics["paper"] = _stage("paper", timings, paper_reproduction, run_dir)
+    else:
+        data = _stage("data", timings, load_data, cfg, sizes, progress)
+        metrics["data"] = data.describe
+        stats = _stage("statistics", timings, stage_statistics, data, sizes, cache)
+        rows = _stage("projection", timings, stage_projection, data, stats, sizes, device, cache,
+                      _bar if progress else None)
+        models = {}
+        if cfg.train_models:
+            models = _stage("models", timings, stage_models, data, stats, sizes, device, cfg.seed, cache, progress)
+        metrics["next_token"] = rows + [_lm_row(name, m) for name, m in models.items() if "next_token" in m.metrics]
+        if "classifier" in models:
+            metrics["classifier"] = {"test_accuracy": models["classifier"].metrics.get("test_accuracy"),
+                                     "train_seconds": models["classifier"].metrics.get("train_seconds"),
+                                     "config": "seed architecture (000_48942d33924f2728.txt)"
+                                               + ("" if profile == "full" else ", scaled down for the quick profile")}
+        for name, m in models.items():
+            dst = run_dir / "checkpoints" / f"{name}.pt"
+            try:
+                os.link(m.checkpoint, dst)
+            except OSError:
+                shutil.copy2(m.checkpoint, dst)
+        metrics["analysis"] = _stage("analysis", timings, cached_analysis, run_dir, data, stats, models, sizes,
+                                     device, cache)
+        metrics["paper"] = paper_reproduction(run_dir)
+    timings["total"] = round(time.perf_counter() - t0, 3)
+    write_json(run_dir / "metrics.json", _jsonable(metrics))
+    from distattn.compare.report import write_report
+    write_report(run_dir, env, metrics)
+    return run_dir
+
+
+def _bar(items, desc):
+    from tqdm.auto import tqdm
+    return tqdm(items, desc=desc, unit="row", file=sys.stderr)
+
+
+def _lm_row(name: str, trained) -> dict:
+    nt = trained.metrics["next_token"]
+    label = {"attention_only_lm": "LM: projection-matched attention-only (1 layer)",
+             "transformer_lm": "LM: GPT-style transformer"}.get(name, name)
+    return {"key": name, "model": label, "family": "learned", "temperature": None, "perplexity": nt["perplexity"],
+            "top1": nt["top_k_accuracy"]["1"], "top10": nt["top_k_accuracy"]["10"],
+            "positions": nt.get("n_predictions"), "oov_targets": nt.get("n_oov_targets"),
+            "seconds": trained.metrics.get("train_seconds")}
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return None if not np.isfinite(x) else float(x)
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
+# --------------------------------------------------------------------------- the paper
+
+def paper_reproduction(run_dir: Path) -> dict:
+    """Sections 2.5 and 3.2 of 003_8065cadafb1b3474.txt through the public API."""
+    from distattn.analysis.figures import plot_attention_comparison
+    from distattn.corpus import get_corpus
+    from distattn.projection import context_matrix, global_evidence, row_normalize, vocabulary_evidence
+    paper = get_corpus("paper")
+    out = {}
+    mats = {}
+    for name, words in paper.examples.items():
+        ids = np.array([paper.words.index(w) for w in words])
+        M = context_matrix(ids, paper.cooc)
+        A = row_normalize(M)
+        E = vocabulary_evidence(ids, paper.cooc)
+        e = global_evidence(ids, paper.cooc)
+        out[name] = {"sequence": words, "M": M, "norm_M": np.round(A, 3), "E": E, "e_global": np.round(e, 2),
+                     "prediction": paper.words[int(np.argmax(e))], "vocabulary": paper.words}
+        mats[" ".join(words)] = (A, words)
+    for label, (A, words) in mats.items():
+        plot_attention_comparison({"Norm(M)": A}, run_dir / "figures" / f"paper_{label.replace(' ', '_')}.png",
+                                  tokens=words, title=f"Norm(QSQᵀ) for “{label}”")
+    return out
+
+
+# --------------------------------------------------------------------------- analysis views
+
+def _seed_examples(data: Data):
+    from distattn.corpus import RegexTokenizer
+    from distattn.paths import corpora_dir
+    spec = json.loads((corpora_dir() / "seed000_examples.json").read_text())["examples"]
+    tok = RegexTokenizer()
+    out = []
+    for ex in spec:
+        words = tok(ex["text"])
+        out.append((ex["name"], words, data.vocab.encode(words, oov="negative"), ex["expected"]))
+    return out
+
+
+def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, device, cache: bool = True) -> dict:
+    """:func:`analyse`, cached like every other stage: its numbers, figures and GraphML files are
+    kept in the stage directory and copied into the run directory."""
+    import dataclasses
+
+    from distattn.atomic import atomic_dir
+    from distattn.compare.stages import stage_dir
+    d, _ = stage_dir("analysis", {"data": data.key, "stats": stats.key, "sizes": dataclasses.asdict(sizes),
+                                  "models": {n: m.checkpoint.parent.name for n, m in models.items()}})
+    if not (cache and (d / "analysis.json").exists()):
+        with atomic_dir(d) as tmp:
+            for sub in ("figures", "graphs"):
+                (tmp / sub).mkdir()
+            result = _jsonable(analyse(tmp, data, stats, models, sizes, device))
+            (tmp / "analysis.json").write_text(json.dumps(result))
+    for sub in ("figures", "graphs"):
+        for f in (d / sub).iterdir():
+            shutil.copy2(f, run_dir / sub / f.name)
+    return json.loads((d / "analysis.json").read_text())
+
+
+def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> dict:
+    """Spectra, attention-PMI correlation, agreement with baselines, graphs, kernels/CKA,
+    heatmaps. Every number goes to metrics.json, every figure to figures/."""
+    from distattn import analysis as A
+    from distattn.analysis import figures
+    from distattn.analysis.circuits import circuit_alignment, circuit_spectra
+    from distattn.analysis.sources import TorchModelAdapter
+    from distattn.projection import (context_matrix, corpus_position_matrix, directional_context_matrix,
+                                     directional_factors, positional_context_matrix, positional_distributions,
+                                     row_normalize, softmax_rows)
+    fig_dir, graph_dir = run_dir / "figures", run_dir / "graphs"
+    unk = data.vocab.unk_id
+    words = data.vocab.itos
+    out: dict = {}
+    rng = np.random.default_rng(0)
+
+    # ---- spectra
+    k = min(sizes.spectrum_k, len(words) - 3)
+    specs = {"S (counts)": A.spectrum(stats.S, k, name="S"), "PPMI": A.spectrum(stats.P, k, name="PPMI"),
+             "directional PPMI": A.spectrum(stats.P_dir, k, name="directional PPMI"),
+             "PPMI-SVD embeddings": A.spectrum(stats.embeddings, min(k, stats.embeddings.shape[1]), algorithm="dense",
+                                               name="embeddings")}
+    from distattn.models import ov_circuit, qk_circuit
+    lms = {n: models[n].model.cpu().eval() for n in ("transformer_lm", "attention_only_lm") if n in models}
+    circuit_specs = {}
+    for name, model in lms.items():
+        for cname, fn in (("QK", qk_circuit), ("OV", ov_circuit)):
+            for s in circuit_spectra(fn(model, 0), f"{name} L0 {cname}"):
+                circuit_specs[s.name] = s
+    out["spectra"] = {n: A.spectrum_summary(s, (1, 10, 50)) for n, s in {**specs, **circuit_specs}.items()}
+    figures.plot_spectra({n: s.singular_values for n, s in specs.items()}, fig_dir / "spectra_statistics.png",
+                         title="Spectra: corpus statistics", normalize=True)
+    if circuit_specs:
+        pick = {n: s for n, s in circuit_specs.items() if n.endswith("[0]")}
+        figures.plot_spectra({n: s.singular_values for n, s in {"PPMI": specs["PPMI"], **pick}.items()},
+                             fig_dir / "spectra_circuits.png",
+                             title="Spectra: PPMI vs learned QK/OV circuits (head 0)", normalize=True)
+
+    # ---- attention-PMI correlation and subspace alignment
+    word_ids = A.top_frequent_ids(stats.counts, min(sizes.top_words, len(words) - 2), exclude=(0, 1))
+    corr, align = [], []
+    for name, model in lms.items():
+        qk = A.as_factored(qk_circuit(model, 0))
+        n_heads = qk.left.shape[0] if qk.left.ndim == 3 else 1
+        for h in range(n_heads):
+            head = qk[h] if qk.left.ndim == 3 else qk
+            for stat_name, X, orient in (("PPMI", stats.P, "query_key"), ("directional PPMI", stats.P_dir, "key_query")):
+                c = A.qk_pmi_correlation(head, X, word_ids, orientation=orient).to_dict()
+                corr.append({"model": name, "layer": 0, "head": h, "statistic": stat_name, **c})
+        kk = min(10, qk.left.shape[-1])
+        for h, a in enumerate(circuit_alignment(stats.P, qk, kk)):
+            align.append({"model": name, "head": h, "k": kk, **(a.to_dict() if hasattr(a, "to_dict") else vars(a))})
+    out["attention_pmi_correlation"] = corr
+    out["subspace_alignment"] = align
+
+    # ---- agreement over held-out sequences (causal LMs), with baselines
+    test = data.test_neg
+    lens = test.lengths
+    cand = np.flatnonzero(lens >= 8)
+    chosen = rng.choice(cand, size=min(sizes.analysis_seqs, len(cand)), replace=False) if len(cand) else []
+    seqs = [test[i][:sizes.analysis_len] for i in chosen]
+    pi = positional_distributions(data.stat_neg, len(words), sizes.analysis_len)
+    W_Q, W_K = directional_factors(stats.P_dir, min(sizes.asym_rank, len(words) - 2), algorithm="randomized")
+
+    def projections(ids):
+        M = context_matrix(ids, stats.P)
+        Pm = corpus_position_matrix(pi, ids.size)
+        c = positional_context_matrix(ids, stats.P, Pm)
+        return {"Norm(QSQᵀ)": row_normalize(M),
+                "positional": row_normalize(c.content_content + c.content_position + c.position_content
+                                            + c.position_position),
+                "asymmetric": softmax_rows(directional_context_matrix(ids, W_Q, W_K))}
+    preds = [projections(s) for s in seqs]
+    predictions = {name: [p[name] for p in preds] for name in (preds[0] if preds else {})}
+    agreement = {}
+    for name, model in lms.items():
+        adapter = TorchModelAdapter(model, oov_id=unk)
+        patterns = [adapter.patterns(s) for s in seqs]
+        records = A.head_agreement(patterns, predictions, causal=True)
+        agreement[name] = records
+    out["agreement"] = agreement
+    if agreement:
+        name = "transformer_lm" if "transformer_lm" in agreement else next(iter(agreement))
+        summary = {}
+        for r in agreement[name]:
+            summary.setdefault(r["predictor"], []).append(r)
+        def mean(values):
+            v = np.array([np.nan if x is None else x for x in values], dtype=float)
+            return float(np.mean(v[np.isfinite(v)])) if np.isfinite(v).any() else float("nan")
+        scores = {p: {"js_mean": mean(r["js_mean"] for r in rs), "top1": mean(r["top1"] for r in rs),
+                      "spearman_mean": mean(r["spearman_mean"] for r in rs), "n_rows": rs[0]["n_rows"],
+                      "n_heads": len(rs)}
+                  for p, rs in summary.items()}
+        out["agreement_summary"] = {"model": name, "mean_over_heads": scores}
+        figures.plot_agreement({p: v for p, v in scores.items()}, fig_dir / "agreement.png",
+                               title=f"Agreement with {name}'s heads (mean over heads, {len(seqs)} test sequences)")
+
+    # ---- heatmaps: the five examples of 000 §IV.B and two held-out reviews
+    examples = _seed_examples(data) + [(f"held-out review {i + 1}", data.vocab.decode(np.where(s < 0, unk, s)), s, "")
+                                       for i, s in enumerate(seqs[:2])]
+    clf = models.get("classifier")
+    heat = []
+    for j, (ex_name, toks, ids, expected) in enumerate(examples):
+        ids = ids[:min(len(ids), 40)]
+        toks = toks[:len(ids)]
+        if len(ids) < 2:
+            continue
+        mats = {"projection Norm(QSQᵀ)": row_normalize(context_matrix(ids, stats.P))}
+        for name, model in list(lms.items())[:1] + ([("classifier", clf.model.cpu().eval())] if clf else []):
+            pat = TorchModelAdapter(model, oov_id=unk).patterns(ids)
+            for h in range(min(pat.shape[1], 4)):
+                mats[f"{name} L0 H{h}"] = pat[0, h]
+        path = fig_dir / f"heatmap_{j + 1}.png"
+        figures.plot_attention_comparison(mats, path, tokens=toks, title=f"{ex_name}: projection vs learned heads",
+                                          max_cols=3)
+        entry = {"example": ex_name, "expected": expected, "figure": path.name, "tokens": len(ids)}
+        if clf is not None:
+            import torch
+            with torch.no_grad():
+                x = torch.as_tensor(np.where(ids < 0, unk, ids)[None], dtype=torch.long)
+                logit = clf.model(x)
+                logit = logit[0] if isinstance(logit, tuple) else logit
+                entry["p_positive"] = float(torch.sigmoid(logit.reshape(-1)[0]))
+        heat.append(entry)
+    out["heatmaps"] = heat
+
+    # ---- graphs: one held-out sequence's attention graph, rollout/flow, and bank's PPMI senses
+    if lms and seqs:
+        name, model = next(iter(lms.items()))
+        s = seqs[0][:24]
+        toks = data.vocab.decode(np.where(s < 0, unk, s))
+        pat = TorchModelAdapter(model, oov_id=unk).patterns(s)
+        mean_att = pat[0].mean(0)
+        G = A.attention_graph(mean_att, toks, threshold=0.02)
+        A.write_graphml(G, graph_dir / "attention_example.graphml")
+        gm = A.graph_metrics(mean_att, toks)
+        figures.plot_attention_graph(mean_att, fig_dir / "attention_graph.png", tokens=toks,
+                                     title=f"{name}, layer 0 (mean over heads)")
+        rollout = A.attention_rollout(pat)
+        flow = A.attention_flow(pat, outputs=[len(s) - 1])
+        out["graph"] = {"model": name, "tokens": toks, "spectral_gap": gm["spectral_gap"],
+                        "pagerank_top": [toks[i] for i in np.argsort(gm["pagerank"])[::-1][:5]],
+                        "rollout_last_row_top": [toks[i] for i in np.argsort(rollout[-1])[::-1][:5]],
+                        "flow_to_last_top": [toks[i] for i in np.argsort(np.asarray(flow).reshape(-1))[::-1][:5]]}
+        P_proj = projections(s)["Norm(QSQᵀ)"]
+        A.write_graphml(A.attention_graph(P_proj, toks, threshold=0.02), graph_dir / "projection_example.graphml")
+    if "bank" in data.vocab:
+        sc = A.sense_communities(stats.P, "bank", k=30, words=words, seed=0)
+        out["bank_senses"] = sc.to_dict()
+
+    # ---- kernels and CKA on one held-out sequence
+    if lms and seqs:
+        import torch
+
+        from distattn.models import run_with_cache
+        s = seqs[0]
+        ids_t = torch.as_tensor(np.where(s < 0, unk, s)[None], dtype=torch.long)
+        name, model = next(iter(lms.items()))
+        with torch.no_grad():
+            _, cache_ = run_with_cache(model, ids_t, filter=lambda n: n.endswith("hook_scores"))
+        first = sorted(cache_)[0]
+        scores = cache_[first][0, 0].float().numpy()
+        scores = np.where(np.isfinite(scores), scores, np.nan)
+        fill = np.nanmin(scores) if np.isfinite(np.nanmin(scores)) else 0.0
+        scores = np.nan_to_num(scores, nan=fill)
+        X = stats.embeddings[np.where(s < 0, 0, s)]
+        kernels = {"projection M": A.projection_kernel(context_matrix(s, stats.P)),
+                   "learned exp(qkᵀ/√d)": np.exp(scores - scores.max()),
+                   "RBF": A.rbf_kernel(X, gamma="median"), "linear": A.linear_kernel(X),
+                   "polynomial": A.polynomial_kernel(X)}
+        names, C = A.cka_matrix(kernels)
+        figures.plot_cka_matrix(names, C, fig_dir / "cka.png", title="CKA between attention kernels (one test review)")
+        out["cka"] = {"names": names, "matrix": C, "psd": {n: A.psd_check(K) for n, K in kernels.items()}}
+    return out

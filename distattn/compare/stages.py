@@ -1,0 +1,302 @@
+"""The stages of a comparison run, each cached under ``<cache>/compare`` by a hash of everything
+that determines it (its own sizes and its inputs' keys), each written atomically.
+
+corpus -> data splits -> statistics -> projection table
+                                    -> models (classifier, LMs; resumable) -> analysis (in run.py)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from distattn.atomic import atomic_dir, config_hash, write_json
+from distattn.corpus import EncodedCorpus, RaggedIds, Vocabulary, get_corpus, tokenize_corpus
+from distattn.paths import cache_dir
+
+log = logging.getLogger("distattn.compare")
+FORMAT = 1
+
+
+def stage_dir(name: str, key_material: dict) -> tuple[Path, str]:
+    key = config_hash({"stage": name, "format": FORMAT, **key_material})
+    return cache_dir() / "compare" / f"{name}-{key}", key
+
+
+# --------------------------------------------------------------------------- data
+
+@dataclass
+class Data:
+    """The document sets of a run. Token ids use ``vocab`` (``<pad>`` = 0, ``<unk>`` = 1).
+    ``*_neg`` sets mark out-of-vocabulary tokens with -1 (the statistics and projection
+    convention); the others with ``<unk>`` (the models' convention)."""
+
+    vocab: Vocabulary
+    stat_neg: RaggedIds                      # statistics and n-gram counts (never the evaluation docs)
+    val_neg: RaggedIds                       # temperature fitting (held out of the statistics)
+    test_neg: RaggedIds                      # next-token evaluation, truncated
+    test_unk: RaggedIds
+    lm_unk: RaggedIds                        # LM training docs
+    clf_train: EncodedCorpus | None          # classifier (labelled) sets, <unk> encoding
+    clf_test: EncodedCorpus | None
+    key: str = ""
+    describe: dict = field(default_factory=dict)
+
+
+def load_data(cfg, sizes, progress: bool = True) -> Data:
+    """Split the corpus. IMDB: statistics and LMs from train+unsup (minus the validation reviews),
+    evaluation on test, the classifier on train -> test. A text corpus: a seeded split into
+    statistics (85 %), validation (5 %) and test (10 %) documents; a classifier only if the
+    documents carry at least two labels."""
+    kwargs = {"path": cfg.path} if cfg.corpus == "text" else \
+        {"data_dir": cfg.data_dir, "progress": progress, "split": "train+test+unsup"}
+    tc = tokenize_corpus(get_corpus(cfg.corpus, **kwargs), progress=progress)
+    rng = np.random.default_rng(cfg.seed)
+    n = len(tc)
+    if cfg.corpus == "imdb":
+        train_idx = np.flatnonzero(tc.docs.split_mask("train"))
+        unsup_idx = np.flatnonzero(tc.docs.split_mask("unsup"))
+        test_idx = np.flatnonzero(tc.docs.split_mask("test"))
+        val_idx = np.sort(rng.choice(train_idx, size=sizes.val_docs, replace=False))
+        stat_idx = np.setdiff1d(np.concatenate([train_idx, unsup_idx]), val_idx)
+        eval_idx = np.sort(rng.choice(test_idx, size=min(sizes.eval_docs, len(test_idx)), replace=False))
+        clf_train_idx, clf_test_idx = train_idx, test_idx
+    else:
+        if n < 20:
+            raise ValueError(f"the corpus has {n} documents; a comparison needs at least 20")
+        perm = rng.permutation(n)
+        n_test, n_val = max(2, n // 10), max(1, n // 20)
+        eval_idx = np.sort(perm[:min(n_test, sizes.eval_docs)])
+        val_idx = np.sort(perm[n_test:n_test + min(n_val, sizes.val_docs)])
+        stat_idx = np.sort(perm[n_test + n_val:])
+        labelled = tc.labels >= 0
+        clf_train_idx = np.setdiff1d(np.flatnonzero(labelled), perm[:n_test])
+        clf_test_idx = np.intersect1d(np.flatnonzero(labelled), perm[:n_test])
+        if len(np.unique(tc.labels[clf_train_idx])) < 2 or len(clf_test_idx) == 0:
+            clf_train_idx = clf_test_idx = np.zeros(0, dtype=np.int64)
+    if cfg.max_docs is not None:
+        stat_idx = np.sort(rng.choice(stat_idx, size=min(len(stat_idx), cfg.max_docs), replace=False))
+    vocab = tc.take(stat_idx).vocabulary(max_size=sizes.vocab_size)
+    neg = tc.encode(vocab, oov="negative")
+    unk = tc.encode(vocab, oov="unk")
+    lm_idx = stat_idx if sizes.lm_docs is None or sizes.lm_docs >= len(stat_idx) else \
+        np.sort(rng.choice(stat_idx, size=sizes.lm_docs, replace=False))
+
+    def subset(idx, n_max):
+        if n_max is None or n_max >= len(idx):
+            return idx
+        return np.sort(rng.choice(idx, size=n_max, replace=False))
+    clf_train = clf_test = None
+    if len(clf_train_idx):
+        clf_train = unk.take(subset(clf_train_idx, sizes.clf_train_docs))
+        clf_test = unk.take(subset(clf_test_idx, sizes.clf_test_docs))
+    data = Data(vocab=vocab, stat_neg=neg.tokens.take(stat_idx), val_neg=neg.tokens.take(val_idx).truncate(sizes.eval_len),
+                test_neg=neg.tokens.take(eval_idx).truncate(sizes.eval_len),
+                test_unk=unk.tokens.take(eval_idx).truncate(sizes.eval_len), lm_unk=unk.tokens.take(lm_idx),
+                clf_train=clf_train, clf_test=clf_test)
+    data.key = config_hash({"tokens": tc.source, "seed": cfg.seed, "vocab": vocab.fingerprint(),
+                            "stat": _ids_hash(stat_idx), "val": _ids_hash(val_idx), "eval": _ids_hash(eval_idx),
+                            "lm": _ids_hash(lm_idx), "eval_len": sizes.eval_len,
+                            "clf": [len(clf_train_idx), sizes.clf_train_docs, sizes.clf_test_docs]})
+    data.describe = {"documents": n, "tokens": tc.n_tokens, "vocab_size": len(vocab),
+                     "statistics_docs": len(stat_idx), "statistics_tokens": data.stat_neg.n_tokens,
+                     "validation_docs": len(val_idx), "eval_docs": len(eval_idx), "eval_len": sizes.eval_len,
+                     "lm_docs": len(lm_idx), "classifier_train_docs": 0 if clf_train is None else len(clf_train),
+                     "classifier_test_docs": 0 if clf_test is None else len(clf_test)}
+    return data
+
+
+def _ids_hash(idx) -> str:
+    return config_hash(np.asarray(idx, dtype=np.int64).tobytes().hex(), length=12)
+
+
+# --------------------------------------------------------------------------- statistics
+
+@dataclass
+class Stats:
+    S: sp.csr_array          # symmetric counts (window, harmonic)
+    P: sp.csr_array          # PPMI (cds 0.75)
+    P_dir: sp.csr_array      # directional PPMI ("j after i")
+    embeddings: np.ndarray   # PPMI-SVD word vectors
+    counts: np.ndarray       # unigram counts over the statistics docs
+    key: str
+    seconds: float = 0.0
+
+
+def stage_statistics(data: Data, sizes, cache: bool = True) -> Stats:
+    from distattn.stats import SVDEmbeddings, cooccurrence, ppmi
+    d, key = stage_dir("stats", {"data": data.key, "window": sizes.window, "svd_dim": sizes.svd_dim})
+    if cache and (d / "done.json").exists():
+        return Stats(*(sp.csr_array(sp.load_npz(d / f"{n}.npz")) for n in ("S", "P", "P_dir")),
+                     np.load(d / "embeddings.npy"), np.load(d / "counts.npy"), key)
+    t = time.perf_counter()
+    V = len(data.vocab)
+    S = cooccurrence(data.stat_neg, V, window=sizes.window, weighting="harmonic")
+    P = ppmi(S, cds=0.75)
+    P_dir = ppmi(cooccurrence(data.stat_neg, V, window=sizes.window, weighting="harmonic", symmetric=False), cds=0.75)
+    dim = min(sizes.svd_dim, V - 2)
+    emb = SVDEmbeddings(dim=dim, eig=0.5, dtype=np.float32).fit(P).vectors_.astype(np.float32)
+    ids = data.stat_neg.ids
+    counts = np.bincount(ids[ids >= 0], minlength=V)
+    stats = Stats(S, P, P_dir, emb, counts, key, time.perf_counter() - t)
+    if cache:
+        with atomic_dir(d) as tmp:
+            for name in ("S", "P", "P_dir"):
+                sp.save_npz(tmp / f"{name}.npz", sp.csr_matrix(getattr(stats, name)), compressed=False)
+            np.save(tmp / "embeddings.npy", emb)
+            np.save(tmp / "counts.npy", counts)
+            (tmp / "done.json").write_text(json.dumps({"seconds": stats.seconds}))
+    return stats
+
+
+# --------------------------------------------------------------------------- projection table
+
+PROJECTION_ROWS = [
+    ("unigram", "unigram (add-1)", "ngram"), ("kn2", "KN bigram", "ngram"), ("kn3", "KN trigram", "ngram"),
+    ("raw", "raw counts, A = M (paper)", "projection"), ("ppmi_norm", "PPMI + Norm", "projection"),
+    ("ppmi_softmax", "PPMI + softmax", "projection"), ("positional", "positional (Q+P)S(Q+P)ᵀ + Norm", "projection"),
+    ("asym", "asymmetric M_dir, values QS", "projection"), ("mh_svd", "multi-head SVD, softmax", "projection"),
+]
+
+
+def stage_projection(data: Data, stats: Stats, sizes, device, cache: bool = True, progress=None) -> list[dict]:
+    """Next-token rows for the n-gram baselines and the projection variants (τ fitted on the
+    validation docs, evaluated on the test docs)."""
+    d, _ = stage_dir("projection", {"data": data.key, "stats": stats.key, "asym_rank": sizes.asym_rank,
+                                    "heads": list(sizes.heads)})
+    if cache and (d / "rows.json").exists():
+        return json.loads((d / "rows.json").read_text())
+    import torch
+
+    from distattn.projection import (KneserNeyLM, UnigramLM, directional_factors, evaluate_next_token,
+                                     fit_temperature, positional_distributions, svd_heads)
+    from distattn.projection.device_scorers import Asymmetric, DeviceNgram, MultiHead, Positional, Symmetric
+    V = len(data.vocab)
+    kw = dict(vocab_size=V, device=device, batch_positions=4096 if device.type == "cpu" else 8192)
+
+    def build(key):
+        if key == "unigram":
+            return DeviceNgram(UnigramLM().fit(data.stat_neg, V), device), False
+        if key in ("kn2", "kn3"):
+            return DeviceNgram(KneserNeyLM(order=int(key[-1])).fit(data.stat_neg, V), device), False
+        if key == "raw":
+            return Symmetric(stats.S, "none", **kw), True
+        if key == "ppmi_norm":
+            return Symmetric(stats.P, "row", **kw), True
+        if key == "ppmi_softmax":
+            return Symmetric(stats.P, "softmax", **kw), True
+        if key == "positional":
+            pi = positional_distributions(data.stat_neg, V, sizes.eval_len)
+            return Positional(stats.P, pi, 1.0, **kw), True
+        if key == "asym":
+            W_Q, W_K = directional_factors(stats.P_dir, min(sizes.asym_rank, V - 2), algorithm="randomized")
+            return Asymmetric(W_Q, W_K, S=stats.P, **kw), True
+        if key == "mh_svd":
+            heads = svd_heads(stats.P, sizes.heads[0], sizes.heads[1], algorithm="randomized")
+            return MultiHead(heads, "softmax", **kw), True
+        raise KeyError(key)
+
+    rows = []
+    for key, name, family in (progress(PROJECTION_ROWS, "projection rows") if progress else PROJECTION_ROWS):
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model, has_tau = build(key)
+            tau = 1.0
+            if has_tau:
+                with model.caching():
+                    scale = max(model.logit_scale(data.val_neg), 1e-12)
+                    tau = fit_temperature(model, data.val_neg, vocab_size=V, bounds=(scale * 1e-3, scale * 1e3),
+                                          max_predictions=None)
+            with torch.no_grad():
+                rep = evaluate_next_token(model, data.test_neg, vocab_size=V, temperature=tau)
+        rows.append({"key": key, "model": name, "family": family, "temperature": tau if has_tau else None,
+                     "perplexity": rep.perplexity, "top1": rep.top1_accuracy, "top10": rep.top10_accuracy,
+                     "positions": rep.n_predictions, "oov_targets": rep.n_oov_targets,
+                     "seconds": time.perf_counter() - t0})
+        log.info("%-36s ppl %10.2f  top-1 %.4f  top-10 %.4f  (%.1fs)", name, rep.perplexity, rep.top1_accuracy,
+                 rep.top10_accuracy, rows[-1]["seconds"])
+        del model
+    if cache:
+        with atomic_dir(d) as tmp:
+            (tmp / "rows.json").write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+# --------------------------------------------------------------------------- models
+
+@dataclass
+class Trained:
+    name: str
+    model: object
+    metrics: dict
+    checkpoint: Path
+
+
+def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, evaluate=None) -> Trained:
+    """Train (or load) one model. The stage directory holds the trainer's resumable
+    ``checkpoint.pt`` while training, then ``model.pt`` and ``done.json``."""
+    from distattn.train import Trainer, load_model, save_model
+    from distattn.train.engine import RUNTIME_ONLY
+    key_material = dict(key_material, train={k: v for k, v in train_cfg.to_dict().items() if k not in RUNTIME_ONLY})
+    d, _ = stage_dir(f"train-{name}", key_material)
+    if cache and (d / "done.json").exists():
+        return Trained(name, load_model(d / "model.pt"), json.loads((d / "done.json").read_text()), d / "model.pt")
+    d.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    result = Trainer(model, task, train_cfg, out_dir=d).fit()
+    metrics = {"train_seconds": time.perf_counter() - t, "summary": result.get("summary", {}),
+               "history": result.get("history", [])}
+    if evaluate is not None:
+        metrics.update(evaluate(model))
+    save_model(model, d / "model.pt")
+    write_json(d / "done.json", metrics)
+    return Trained(name, model, metrics, d / "model.pt")
+
+
+def stage_models(data: Data, stats: Stats, sizes, device, seed: int, cache: bool = True,
+                 progress: bool = True) -> dict[str, Trained]:
+    """The seed-architecture classifier (when there are labels), the projection-matched
+    attention-only LM and a small GPT-style LM, each evaluated with the shared metric."""
+    from distattn.models import (AttentionOnlyConfig, LMConfig, ProjectionMatchedLM, TransformerClassifier,
+                                 TransformerLM, seed_classifier_config)
+    from distattn.train import ClassificationData, ClassificationTask, LMData, LMTask, evaluate_lm, seed_everything
+    from distattn.train.recipes import lm_train_config, seed_train_config
+    V = len(data.vocab)
+    out: dict[str, Trained] = {}
+    common = {"data": data.key, "seed": seed, "device": device.type}
+
+    def lm_eval(model):
+        rep = evaluate_lm(model, data.test_unk, unk_id=data.vocab.unk_id, device=device)
+        return {"next_token": rep.as_dict()}
+
+    if data.clf_train is not None:
+        mcfg = seed_classifier_config(vocab_size=V, **sizes.clf_model)
+        train = ClassificationData(data.clf_train.tokens, data.clf_train.labels, max_len=mcfg.max_len)
+        test = ClassificationData(data.clf_test.tokens, data.clf_test.labels, max_len=mcfg.max_len)
+        seed_everything(seed)
+        tcfg = seed_train_config(epochs=sizes.clf_epochs, progress=progress, device=device.type, seed=seed,
+                                 checkpoint_every=50)
+        out["classifier"] = _train("classifier", TransformerClassifier(mcfg), ClassificationTask(train, {"test": test}),
+                                   tcfg, {**common, "model": mcfg.to_dict()}, cache)
+        hist = out["classifier"].metrics["history"]
+        out["classifier"].metrics["test_accuracy"] = hist[-1]["eval"]["test"]["accuracy"] if hist else None
+
+    for name, model_cls, mcfg, lr in (
+            ("attention_only_lm", ProjectionMatchedLM, AttentionOnlyConfig(vocab_size=V, **sizes.attn_model), 3e-3),
+            ("transformer_lm", TransformerLM, LMConfig(vocab_size=V, **sizes.lm_model), 1e-3)):
+        seed_everything(seed)
+        train = LMData(data.lm_unk, seq_len=mcfg.max_len, oov_id=data.vocab.unk_id)
+        tcfg = lm_train_config(epochs=1, batch_size=sizes.lm_batch, lr=lr, max_steps=sizes.lm_steps,
+                               warmup_steps=min(100, (sizes.lm_steps or 1000) // 10), progress=progress,
+                               device=device.type, seed=seed, checkpoint_every=50)
+        out[name] = _train(name, model_cls(mcfg), LMTask(train, {}), tcfg,
+                           {**common, "model": mcfg.to_dict()}, cache, lm_eval)
+    return out
