@@ -80,6 +80,9 @@ class CompareConfig:
         if self.corpus == "text" and not self.path:
             raise ValueError("--corpus text needs --path FILE_OR_DIR (a .txt file, a directory of .txt files, "
                              "or a .jsonl file)")
+        if self.corpus == "text":
+            from distattn.corpus import TextCorpus
+            TextCorpus(self.path)          # a missing path or an unsupported format fails here, before any output
         if self.path and self.corpus != "text":
             raise ValueError(f"conflicting options: --path is only used with --corpus text, not --corpus {self.corpus}")
         if self.data_dir and self.corpus != "imdb":

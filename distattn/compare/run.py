@@ -18,7 +18,7 @@ import numpy as np
 
 from distattn.atomic import write_json
 from distattn.compare.config import CompareConfig
-from distattn.compare.stages import Data, load_data, stage_models, stage_projection, stage_statistics
+from distattn.compare.stages import Data, clamp_rank, load_data, stage_models, stage_projection, stage_statistics
 
 log = logging.getLogger("distattn.compare")
 
@@ -235,7 +235,7 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
     rng = np.random.default_rng(0)
 
     # ---- spectra
-    k = min(sizes.spectrum_k, len(words) - 3)
+    k = clamp_rank(sizes.spectrum_k, len(words))
     specs = {"S (counts)": A.spectrum(stats.S, k, name="S"), "PPMI": A.spectrum(stats.P, k, name="PPMI"),
              "directional PPMI": A.spectrum(stats.P_dir, k, name="directional PPMI"),
              "PPMI-SVD embeddings": A.spectrum(stats.embeddings, min(k, stats.embeddings.shape[1]), algorithm="dense",
@@ -280,7 +280,7 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
     chosen = rng.choice(cand, size=min(sizes.analysis_seqs, len(cand)), replace=False) if len(cand) else []
     seqs = [test[i][:sizes.analysis_len] for i in chosen]
     pi = positional_distributions(data.stat_neg, len(words), sizes.analysis_len)
-    W_Q, W_K = directional_factors(stats.P_dir, min(sizes.asym_rank, len(words) - 2), algorithm="randomized")
+    W_Q, W_K = directional_factors(stats.P_dir, clamp_rank(sizes.asym_rank, len(words)), algorithm="randomized")
 
     def projections(ids):
         M = context_matrix(ids, stats.P)

@@ -25,6 +25,11 @@ log = logging.getLogger("distattn.compare")
 FORMAT = 1
 
 
+def clamp_rank(rank: int, vocab_size: int) -> int:
+    """A factorisation rank that fits the vocabulary (small corpora have small vocabularies)."""
+    return max(1, min(rank, vocab_size - 3))
+
+
 def stage_dir(name: str, key_material: dict) -> tuple[Path, str]:
     key = config_hash({"stage": name, "format": FORMAT, **key_material})
     return cache_dir() / "compare" / f"{name}-{key}", key
@@ -141,7 +146,7 @@ def stage_statistics(data: Data, sizes, cache: bool = True) -> Stats:
     S = cooccurrence(data.stat_neg, V, window=sizes.window, weighting="harmonic")
     P = ppmi(S, cds=0.75)
     P_dir = ppmi(cooccurrence(data.stat_neg, V, window=sizes.window, weighting="harmonic", symmetric=False), cds=0.75)
-    dim = min(sizes.svd_dim, V - 2)
+    dim = clamp_rank(sizes.svd_dim, V)
     emb = SVDEmbeddings(dim=dim, eig=0.5, dtype=np.float32).fit(P).vectors_.astype(np.float32)
     ids = data.stat_neg.ids
     counts = np.bincount(ids[ids >= 0], minlength=V)
@@ -196,10 +201,11 @@ def stage_projection(data: Data, stats: Stats, sizes, device, cache: bool = True
             pi = positional_distributions(data.stat_neg, V, sizes.eval_len)
             return Positional(stats.P, pi, 1.0, **kw), True
         if key == "asym":
-            W_Q, W_K = directional_factors(stats.P_dir, min(sizes.asym_rank, V - 2), algorithm="randomized")
+            W_Q, W_K = directional_factors(stats.P_dir, clamp_rank(sizes.asym_rank, V), algorithm="randomized")
             return Asymmetric(W_Q, W_K, S=stats.P, **kw), True
         if key == "mh_svd":
-            heads = svd_heads(stats.P, sizes.heads[0], sizes.heads[1], algorithm="randomized")
+            n_heads = min(sizes.heads[0], clamp_rank(sizes.heads[0], V))
+            heads = svd_heads(stats.P, n_heads, clamp_rank(sizes.heads[1], V // n_heads), algorithm="randomized")
             return MultiHead(heads, "softmax", **kw), True
         raise KeyError(key)
 
@@ -261,6 +267,11 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     return Trained(name, model, metrics, d / "model.pt")
 
 
+def _batch(wanted: int, n_items: int) -> int:
+    """The profile's batch size, shrunk for small corpora so an epoch has at least two batches."""
+    return max(1, min(wanted, n_items // 2))
+
+
 def stage_models(data: Data, stats: Stats, sizes, device, seed: int, cache: bool = True,
                  progress: bool = True) -> dict[str, Trained]:
     """The seed-architecture classifier (when there are labels), the projection-matched
@@ -283,18 +294,19 @@ def stage_models(data: Data, stats: Stats, sizes, device, seed: int, cache: bool
         test = ClassificationData(data.clf_test.tokens, data.clf_test.labels, max_len=mcfg.max_len)
         seed_everything(seed)
         tcfg = seed_train_config(epochs=sizes.clf_epochs, progress=progress, device=device.type, seed=seed,
-                                 checkpoint_every=50)
+                                 checkpoint_every=50, batch_size=_batch(64, len(train)))
         out["classifier"] = _train("classifier", TransformerClassifier(mcfg), ClassificationTask(train, {"test": test}),
                                    tcfg, {**common, "model": mcfg.to_dict()}, cache)
         hist = out["classifier"].metrics["history"]
         out["classifier"].metrics["test_accuracy"] = hist[-1]["eval"]["test"]["accuracy"] if hist else None
+        out["classifier"].metrics["batch_size"] = tcfg.batch_size
 
     for name, model_cls, mcfg, lr in (
             ("attention_only_lm", ProjectionMatchedLM, AttentionOnlyConfig(vocab_size=V, **sizes.attn_model), 3e-3),
             ("transformer_lm", TransformerLM, LMConfig(vocab_size=V, **sizes.lm_model), 1e-3)):
         seed_everything(seed)
         train = LMData(data.lm_unk, seq_len=mcfg.max_len, oov_id=data.vocab.unk_id)
-        tcfg = lm_train_config(epochs=1, batch_size=sizes.lm_batch, lr=lr, max_steps=sizes.lm_steps,
+        tcfg = lm_train_config(epochs=1, batch_size=_batch(sizes.lm_batch, len(train)), lr=lr, max_steps=sizes.lm_steps,
                                warmup_steps=min(100, (sizes.lm_steps or 1000) // 10), progress=progress,
                                device=device.type, seed=seed, checkpoint_every=50)
         out[name] = _train(name, model_cls(mcfg), LMTask(train, {}), tcfg,

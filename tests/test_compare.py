@@ -1,0 +1,148 @@
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from distattn.compare.__main__ import main
+
+
+def synthetic_jsonl(path, n_docs=90, seed=0):
+    """Two 'sentiment' topics with shared function words, so there is co-occurrence structure."""
+    rng = np.random.default_rng(seed)
+    common = "the a of and to is was it this film movie".split()
+    pos = "great wonderful loved superb fun brilliant charming".split()
+    neg = "awful boring hated dull terrible waste poor".split()
+    with open(path, "w") as fh:
+        for i in range(n_docs):
+            label = i % 2
+            topic = pos if label else neg
+            words = [rng.choice(topic) if rng.random() < 0.35 else rng.choice(common) for _ in range(rng.integers(20, 50))]
+            fh.write(json.dumps({"text": " ".join(words), "label": int(label)}) + "\n")
+    return path
+
+
+def run_cli(args, capsys):
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_paper_run(tmp_path, capsys):
+    code, out, err = run_cli(["--corpus", "paper", "--out", str(tmp_path), "-q"], capsys)
+    assert code == 0, err
+    assert "river bank flooded -> shore" in out and "bank loan -> money" in out
+    run_dir = next(tmp_path.iterdir())
+    html = (run_dir / "report.html").read_text()
+    assert "data:image/png;base64," in html and "http://" not in html and "https://" not in html
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["paper"]["river_bank_flooded"]["prediction"] == "shore" or \
+        any(e["prediction"] == "shore" for e in metrics["paper"].values())
+
+
+def test_text_corpus_run_then_warm_rerun(tmp_path, capsys):
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl")
+    args = ["--corpus", "text", "--path", str(corpus), "--profile", "quick", "--out", str(tmp_path / "runs"), "-q",
+            "--device", "cpu"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    first = next((tmp_path / "runs").iterdir())
+    for name in ("config.json", "metrics.json", "report.html"):
+        assert (first / name).exists()
+    assert {p.name for p in (first / "checkpoints").iterdir()} == {"classifier.pt", "attention_only_lm.pt",
+                                                                   "transformer_lm.pt"}
+    assert list((first / "graphs").glob("*.graphml")) and len(list((first / "figures").glob("*.png"))) >= 8
+    metrics = json.loads((first / "metrics.json").read_text())
+    keys = [r["key"] for r in metrics["next_token"]]
+    assert keys[:3] == ["unigram", "kn2", "kn3"] and "transformer_lm" in keys
+    positions = {r["positions"] for r in metrics["next_token"]}
+    assert len(positions) == 1                      # every row scored on the same test positions
+    assert 0.0 <= metrics["classifier"]["test_accuracy"] <= 1.0
+    config = json.loads((first / "config.json").read_text())
+    assert config["seed"] == 0 and config["profile"] == "quick" and "torch" in config["versions"]
+    # second run: every stage from the cache
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    second = max((tmp_path / "runs").iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    assert second != first
+    t = json.loads((second / "metrics.json").read_text())["timings_s"]
+    assert t["models"] < 5 and t["analysis"] < 5 and t["projection"] < 1
+    m2 = json.loads((second / "metrics.json").read_text())
+    assert m2["next_token"] == metrics["next_token"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--corpus", "imbd"], "unknown corpus 'imbd'; valid names: imdb, paper, text"),
+    (["--corpus", "text", "--path", "/no/such/corpus.txt"], "does not exist"),
+    (["--corpus", "text"], "--corpus text needs --path"),
+    (["--corpus", "paper", "--path", "x.txt"], "conflicting options: --path is only used with --corpus text"),
+    (["--corpus", "paper", "--data-dir", "/tmp"], "conflicting options: --data-dir"),
+    (["--corpus", "paper", "--profile", "full", "--device", "cpu"], "conflicting options: --profile full"),
+])
+def test_bad_input(tmp_path, capsys, args, message):
+    code, out, err = run_cli(args + ["--out", str(tmp_path), "-q"], capsys)
+    assert code == 2 and message in err
+    assert not any(tmp_path.iterdir())             # nothing written for a refused command
+
+
+def test_unwritable_output_dir(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    code, out, err = run_cli(["--corpus", "paper", "--out", str(blocker / "runs"), "-q"], capsys)
+    assert code == 2 and "cannot write the run directory" in err
+
+
+def test_interrupted_training_resumes_to_the_same_model(tmp_path, monkeypatch):
+    """A training stage stopped mid-way (Ctrl-C) resumes from its checkpoint on the next run and
+    ends with the same weights as an uninterrupted run."""
+    import torch
+
+    from distattn.compare import stages
+    from distattn.models import LMConfig, TransformerLM
+    from distattn.train import LMData, LMTask, seed_everything
+    from distattn.train.recipes import lm_train_config
+
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(2, 50, size=40) for _ in range(60)]
+    from distattn.corpus import RaggedIds
+    data = LMData(RaggedIds.from_sequences(docs), seq_len=16)
+    cfg = LMConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, max_len=16)
+
+    def train(cache_dir, interrupt_at=None):
+        monkeypatch.setenv("DISTATTN_CACHE_DIR", str(cache_dir))
+        seed_everything(0)
+        tcfg = lm_train_config(epochs=1, batch_size=8, device="cpu", progress=False, checkpoint_every=2, warmup_steps=2)
+        model = TransformerLM(cfg)
+        if interrupt_at is not None:
+            from distattn.train import Trainer
+            orig = Trainer.__init__
+
+            def init(self, *a, **kw):
+                orig(self, *a, **kw)
+
+                def stop(trainer, step, loss):
+                    if step == interrupt_at:
+                        raise KeyboardInterrupt
+                self.callbacks.append(stop)
+            monkeypatch.setattr(Trainer, "__init__", init)
+        try:
+            return stages._train("lm", model, LMTask(data, {}), tcfg, {"test": 1}, cache=True)
+        finally:
+            monkeypatch.undo()
+
+    whole = train(tmp_path / "a")
+    with pytest.raises(KeyboardInterrupt):
+        train(tmp_path / "b", interrupt_at=5)
+    stage = next((tmp_path / "b" / "compare").iterdir())
+    assert (stage / "checkpoint.pt").exists() and not (stage / "done.json").exists()
+    resumed = train(tmp_path / "b")
+    for (k, a), (_, b) in zip(whole.model.state_dict().items(), resumed.model.state_dict().items()):
+        assert torch.equal(a, b), k
+
+
+def test_module_help():
+    res = subprocess.run([sys.executable, "-m", "distattn.compare", "--help"], capture_output=True, text=True,
+                         timeout=60, env=dict(os.environ))
+    assert res.returncode == 0 and "--profile" in res.stdout and "--corpus" in res.stdout
