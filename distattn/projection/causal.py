@@ -23,7 +23,13 @@ logits of a whole document.
 
 from __future__ import annotations
 
+import math
+
 import numba as nb
+from llvmlite import ir as _ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 import numpy as np
 import scipy.sparse as sp
 
@@ -87,42 +93,311 @@ def causal_logits(known_ids: np.ndarray, S: sp.csr_array, C: np.ndarray) -> np.n
     return np.asarray(C @ profiles) / np.arange(1, R + 1)[:, None]
 
 
+_LANES = 8         # consecutive positions advanced together (one cache line of float64 per column);
+                   # the vector helpers below (_fma8, _lane_max8, _lane_scores8) assume 8
+_COL_BLOCK = 2048  # columns per cache block: _COL_BLOCK * _LANES * 8 bytes = 128 KB stays in L2
+
+
+@nb.njit(cache=True)
+def _column_block_starts(indptr, indices, n_cols, width):
+    """``starts[v, c]``: the first stored entry of row v with column >= c * width (sorted rows)."""
+    n_rows = indptr.size - 1
+    n_blocks = (n_cols + width - 1) // width
+    starts = np.empty((n_rows, n_blocks + 1), np.int64)
+    for v in range(n_rows):
+        q, end = indptr[v], indptr[v + 1]
+        starts[v, 0] = q
+        for c in range(1, n_blocks + 1):
+            bound = c * width
+            while q < end and indices[q] < bound:
+                q += 1
+            starts[v, c] = q
+    return starts
+
+
+@intrinsic
+def _fma8(typingctx, arr, idx, w, s):
+    """``arr[idx:idx+8] += w * s`` (w: 8-tuple of float64, s: float64) as two 4-wide vector FMAs.
+
+    LLVM does not fuse the eight scalar updates itself (numba's indexing hides that the
+    addresses are consecutive), and a scalar version is ~4x slower."""
+    sig = types.void(arr, idx, w, s)
+
+    def codegen(context, builder, signature, args):
+        arrty = signature.args[0]
+        ary = context.make_array(arrty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, arrty, ary, [args[1]], wraparound=False)
+        f64 = _ir.DoubleType()
+        vec = _ir.VectorType(f64, 4)
+        i32 = _ir.IntType(32)
+        fma = cgutils.get_or_insert_function(builder.module, _ir.FunctionType(vec, [vec, vec, vec]), "llvm.fma.v4f64")
+        splat = _ir.Constant(vec, _ir.Undefined)
+        for c in range(4):
+            splat = builder.insert_element(splat, args[3], _ir.Constant(i32, c))
+        vptr = builder.bitcast(ptr, vec.as_pointer())
+        for half in range(2):
+            wv = _ir.Constant(vec, _ir.Undefined)
+            for c in range(4):
+                wv = builder.insert_element(wv, builder.extract_value(args[2], 4 * half + c), _ir.Constant(i32, c))
+            p = builder.gep(vptr, [_ir.Constant(i32, half)])
+            builder.store(builder.call(fma, [wv, splat, builder.load(p, align=8)]), p, align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@nb.njit(fastmath=FASTMATH, inline="always")
+def _scatter8(F, indices, data, q0, q1, w):
+    """``F[k*8 + c] += w[c] * S[v, k]`` over the stored entries ``q0:q1`` of a row."""
+    for q in range(q0, q1):
+        _fma8(F, np.int64(indices[q]) * 8, w, data[q])
+
+
+def _vec_consts(builder):
+    f64, f32, i32 = _ir.DoubleType(), _ir.FloatType(), _ir.IntType(32)
+    return f64, f32, i32, _ir.VectorType(f64, 4), _ir.VectorType(f32, 8), _ir.VectorType(_ir.IntType(64), 4)
+
+
+def _splat(builder, vec_type, value):
+    out = _ir.Constant(vec_type, _ir.Undefined)
+    for c in range(vec_type.count):
+        out = builder.insert_element(out, value, _ir.Constant(_ir.IntType(32), c))
+    return out
+
+
+def _load_lanes(context, builder, arrty, arr):
+    """The 8 float64 of a small array as two <4 x double>."""
+    ary = context.make_array(arrty)(context, builder, arr)
+    vptr = builder.bitcast(ary.data, _ir.VectorType(_ir.DoubleType(), 4).as_pointer())
+    return [builder.load(builder.gep(vptr, [_ir.Constant(_ir.IntType(32), h)]), align=8) for h in range(2)], vptr
+
+
+@intrinsic
+def _lane_max8(typingctx, F, k0, k1, m):
+    """``m[c] = max(m[c], max_k F[k*8 + c])`` for k in ``k0:k1`` (vectorised across the lanes)."""
+    sig = types.void(F, k0, k1, m)
+
+    def codegen(context, builder, signature, args):
+        f64, f32, i32, v4d, v8f, v4i = _vec_consts(builder)
+        fmax = cgutils.get_or_insert_function(builder.module, _ir.FunctionType(v4d, [v4d, v4d]), "llvm.maxnum.v4f64")
+        (m0, m1), mptr = _load_lanes(context, builder, signature.args[3], args[3])
+        acc = [cgutils.alloca_once_value(builder, m0), cgutils.alloca_once_value(builder, m1)]
+        fary = context.make_array(signature.args[0])(context, builder, args[0])
+        fptr = builder.bitcast(fary.data, v4d.as_pointer())
+        start = builder.mul(args[1], _ir.Constant(args[1].type, 2))
+        count = builder.sub(args[2], args[1])
+        with cgutils.for_range(builder, count) as loop:
+            base = builder.add(start, builder.mul(loop.index, _ir.Constant(loop.index.type, 2)))
+            for h in range(2):
+                x = builder.load(builder.gep(fptr, [builder.add(base, _ir.Constant(base.type, h))]), align=8)
+                builder.store(builder.call(fmax, [builder.load(acc[h]), x]), acc[h])
+        for h in range(2):
+            builder.store(builder.load(acc[h]), builder.gep(mptr, [_ir.Constant(i32, h)]), align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+_SKIP = 35.0  # exp(-35) = 6e-16
+_EXP_CONSTS = [float(np.float32(c)) for c in (-87.0, 1.4426950408889634, 0.693145751953125, 1.428606765330187e-06,
+                                               1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0)]
+
+
+@intrinsic
+def _lane_scores8(typingctx, F, n, m, sc, tv, total, cnt):
+    """Per lane c: ``total[c] = Σ_k exp((F[k*8+c] - m[c]) * sc[c])`` (the float32 exp of
+    :func:`~distattn.projection._scoring.exp_neg`, 8-wide, summed in float64) and
+    ``cnt[c] = #{k : F[k*8+c] >= tv[c]}``, in one pass over ``k < n``."""
+    sig = types.void(F, n, m, sc, tv, total, cnt)
+
+    def codegen(context, builder, signature, args):
+        f64, f32, i32, v4d, v8f, v4i = _vec_consts(builder)
+        v8i = _ir.VectorType(i32, 8)
+        floor = cgutils.get_or_insert_function(builder.module, _ir.FunctionType(v8f, [v8f]), "llvm.floor.v8f32")
+        fmax = cgutils.get_or_insert_function(builder.module, _ir.FunctionType(v8f, [v8f, v8f]), "llvm.maxnum.v8f32")
+        fma = cgutils.get_or_insert_function(builder.module, _ir.FunctionType(v8f, [v8f, v8f, v8f]), "llvm.fma.v8f32")
+        lo_hi = [_ir.Constant(i32, c) for c in range(8)]
+        mv, _ = _load_lanes(context, builder, signature.args[2], args[2])
+        sv, _ = _load_lanes(context, builder, signature.args[3], args[3])
+        tvv, _ = _load_lanes(context, builder, signature.args[4], args[4])
+        _, tot_ptr = _load_lanes(context, builder, signature.args[5], args[5])
+        cary = context.make_array(signature.args[6])(context, builder, args[6])
+        cnt_ptr = builder.bitcast(cary.data, v4i.as_pointer())
+        zero_d = _ir.Constant(v4d, [0.0] * 4)
+        zero_i = _ir.Constant(v4i, [0] * 4)
+        tot = [cgutils.alloca_once_value(builder, zero_d) for _ in range(2)]
+        cnt = [cgutils.alloca_once_value(builder, zero_i) for _ in range(2)]
+        floor_c, log2e, ln2_hi, ln2_lo, *poly = [_ir.Constant(v8f, [c] * 8) for c in _EXP_CONSTS]
+        half = _ir.Constant(v8f, [0.5] * 8)
+        skip_c = _ir.Constant(v8f, [-_SKIP] * 8)
+        fary = context.make_array(signature.args[0])(context, builder, args[0])
+        fptr = builder.bitcast(fary.data, v4d.as_pointer())
+        with cgutils.for_range(builder, args[1]) as loop:
+            base = builder.mul(loop.index, _ir.Constant(loop.index.type, 2))
+            ts = []
+            for h in range(2):
+                x = builder.load(builder.gep(fptr, [builder.add(base, _ir.Constant(base.type, h))]), align=8)
+                ge = builder.zext(builder.fcmp_ordered(">=", x, tvv[h]), v4i)
+                builder.store(builder.add(builder.load(cnt[h]), ge), cnt[h])
+                ts.append(builder.fptrunc(builder.fmul(builder.fsub(x, mv[h]), sv[h]), _ir.VectorType(f32, 4)))
+            t = builder.shuffle_vector(ts[0], ts[1], _ir.Constant(v8i, lo_hi))
+            # a column where every lane is below exp(-_SKIP) adds < vocab * 6e-16 to totals >= 1:
+            # skip its exp (most columns, once a document is long enough to separate the logits)
+            live = builder.fcmp_unordered(">", t, skip_c)   # NaN stays live: it propagates
+            live = builder.icmp_unsigned("!=", builder.bitcast(live, _ir.IntType(8)), _ir.Constant(_ir.IntType(8), 0))
+            with builder.if_then(live, likely=False):
+                _exp8_accumulate(builder, t, tot, fmax, floor, fma, floor_c, log2e, ln2_hi, ln2_lo, half, poly,
+                                 v8i, v4d, i32, lo_hi)
+        for h in range(2):
+            builder.store(builder.load(tot[h]), builder.gep(tot_ptr, [_ir.Constant(i32, h)]), align=8)
+            builder.store(builder.load(cnt[h]), builder.gep(cnt_ptr, [_ir.Constant(i32, h)]), align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _exp8_accumulate(builder, t, tot, fmax, floor, fma, floor_c, log2e, ln2_hi, ln2_lo, half, poly, v8i, v4d, i32,
+                     lo_hi):
+    """``tot[h] += fpext(exp(t)[4h:4h+4])`` for a <8 x float> t <= 0: the Cody-Waite exp of
+    :mod:`distattn.projection._scoring` (clamped at -87, degree-6 polynomial, 2^k by bits)."""
+    v8f = t.type
+    t = builder.call(fmax, [t, floor_c])
+    k = builder.call(floor, [builder.fadd(builder.fmul(t, log2e), half)])
+    r = builder.fsub(builder.fsub(t, builder.fmul(k, ln2_hi)), builder.fmul(k, ln2_lo))
+    p = poly[0]
+    for c in poly[1:]:
+        p = builder.call(fma, [r, p, c])
+    p = builder.call(fma, [r, p, poly[-1]])          # 1 + r (1 + r (1/2 + ...))
+    pow2 = builder.bitcast(builder.shl(builder.add(builder.fptosi(k, v8i), _ir.Constant(v8i, [127] * 8)),
+                                       _ir.Constant(v8i, [23] * 8)), v8f)
+    e = builder.fmul(p, pow2)
+    for h in range(2):
+        part = builder.shuffle_vector(e, e, _ir.Constant(_ir.VectorType(i32, 4), lo_hi[4 * h:4 * h + 4]))
+        builder.store(builder.fadd(builder.load(tot[h]), builder.fpext(part, v4d)), tot[h])
+
+
 @nb.njit(fastmath=FASTMATH, parallel=True, cache=True)
-def _causal_kernel(ids, offsets, indptr, indices, data, scale, prior, prior_weight, out_logp, out_rank):
+def _causal_kernel(ids, offsets, order, indptr, indices, data, col_starts, scale, prior, prior_weight,
+                   out_logp, out_rank):
+    """Blocks of ``_LANES`` consecutive positions share one pass over the rows of S they touch.
+
+    ``F[k * L + b]`` holds the evidence after position ``b`` of the block. Each prefix type
+    whose row enters the block gets a slot with its *cumulative* weights over the lanes
+    (``wts[slot * L + b]`` = its total coefficient added by positions ``<= b``), so a stored
+    entry ``S[v, k]`` updates one cache line ``F[k*L : k*L+L]`` for all lanes at once: a row
+    touched by most positions (frequent words) is streamed once per block instead of once
+    per position. Columns are processed in L2-sized blocks, and the block's positions are
+    scored together (max, rank count and log-sum-exp vectorise across lanes)."""
+    L = _LANES
     V = indptr.size - 1
-    n_docs = offsets.size - 1
-    for d in nb.prange(n_docs):
+    n_cols = V  # S is square (vocab x vocab)
+    n_cb = col_starts.shape[1] - 1
+    with_prior = prior_weight > 0.0
+    for jd in nb.prange(order.size):
+        d = order[jd]
         start, stop = offsets[d], offsets[d + 1]
         if stop - start < 2:
             continue
-        F = np.zeros(V)
+        F = np.zeros(n_cols * L)
         g = np.zeros(V)
         h = np.zeros(V, np.int32)
-        work = np.empty(V, np.float32)
-        bits = np.empty(V, np.int32)
+        slot = np.full(V, -1, np.int32)
+        slot_v = np.empty(V, np.int32)
+        wts = np.empty(V * L)
+        tgt = np.empty(L, np.int64)
+        lane_scale = np.empty(L)
+        m = np.empty(L)
+        tv = np.empty(L)
+        total = np.empty(L)
+        cnt = np.empty(L, np.int64)
+        row = np.empty(n_cols if with_prior else 0)
+        work = np.empty(n_cols if with_prior else 0, np.float32)
+        bits = np.empty(n_cols if with_prior else 0, np.int32)
         n_known = 0
-        for t in range(start, stop):
-            i = ids[t]
-            if i >= 0:
-                lo, hi = indptr[i], indptr[i + 1]
-                for p in range(lo, hi):
-                    g[indices[p]] += data[p]
-                for p in range(lo, hi):
-                    v = indices[p]
-                    if h[v] > 0:
-                        w = h[v] * data[p]
-                        for q in range(indptr[v], indptr[v + 1]):
-                            F[indices[q]] += w * data[q]
-                w = g[i]
-                for q in range(lo, hi):
-                    F[indices[q]] += w * data[q]
-                h[i] += 1
-                n_known += 1
-            if t + 1 < stop and ids[t + 1] >= 0:
-                s = scale / n_known if n_known > 0 else scale
-                lp, rk = score_row(F, s, ids[t + 1], prior, prior_weight, work, bits)
-                out_logp[t] = lp
-                out_rank[t] = rk
+        for t0 in range(start, stop - 1, L):
+            # 1. the coefficients each position adds (sequential: h and g evolve)
+            n_slots = 0
+            any_target = False
+            for b in range(L):
+                t = t0 + b
+                tgt[b] = -1
+                lane_scale[b] = scale
+                if t >= stop:
+                    continue
+                i = ids[t]
+                if i >= 0:
+                    lo, hi = indptr[i], indptr[i + 1]
+                    for p in range(lo, hi):
+                        g[indices[p]] += data[p]
+                    for p in range(lo, hi):
+                        v = indices[p]
+                        if h[v] > 0:
+                            w = h[v] * data[p]
+                            sl = slot[v]
+                            if sl < 0:
+                                sl = n_slots
+                                n_slots += 1
+                                slot[v] = sl
+                                slot_v[sl] = v
+                                for c in range(L):
+                                    wts[sl * L + c] = 0.0
+                            for c in range(b, L):
+                                wts[sl * L + c] += w
+                    w = g[i]
+                    sl = slot[i]
+                    if sl < 0:
+                        sl = n_slots
+                        n_slots += 1
+                        slot[i] = sl
+                        slot_v[sl] = i
+                        for c in range(L):
+                            wts[sl * L + c] = 0.0
+                    for c in range(b, L):
+                        wts[sl * L + c] += w
+                    h[i] += 1
+                    n_known += 1
+                if t + 1 < stop and ids[t + 1] >= 0:
+                    tgt[b] = ids[t + 1]
+                    lane_scale[b] = scale / n_known if n_known > 0 else scale
+                    any_target = True
+            for sl in range(n_slots):
+                slot[slot_v[sl]] = -1
+            # 2. F for every lane, one L2-sized column block at a time
+            for b in range(L):
+                m[b] = -np.inf
+            for cb in range(n_cb):
+                k0 = cb * _COL_BLOCK
+                k1 = min(k0 + _COL_BLOCK, n_cols)
+                for k in range(k0, k1):          # every lane starts from the previous block's last
+                    last = F[k * L + L - 1]
+                    for c in range(L):
+                        F[k * L + c] = last
+                for sl in range(n_slots):
+                    v = slot_v[sl]
+                    wb = sl * L
+                    w = (wts[wb], wts[wb + 1], wts[wb + 2], wts[wb + 3], wts[wb + 4], wts[wb + 5], wts[wb + 6],
+                         wts[wb + 7])
+                    _scatter8(F, indices, data, col_starts[v, cb], col_starts[v, cb + 1], w)
+                _lane_max8(F, k0, k1, m)
+            if not any_target:
+                continue
+            # 3. score the block's positions
+            if with_prior:
+                for b in range(L):
+                    if tgt[b] >= 0:
+                        for k in range(n_cols):
+                            row[k] = F[k * L + b]
+                        lp, rk = score_row(row, lane_scale[b], tgt[b], prior, prior_weight, work, bits)
+                        out_logp[t0 + b] = lp
+                        out_rank[t0 + b] = rk
+                continue
+            for b in range(L):
+                tv[b] = F[max(tgt[b], 0) * L + b]
+            _lane_scores8(F, n_cols, m, lane_scale, tv, total, cnt)
+            for b in range(L):
+                if tgt[b] >= 0:
+                    out_logp[t0 + b] = (tv[b] - m[b]) * lane_scale[b] - math.log(total[b])
+                    out_rank[t0 + b] = max(cnt[b] - 1, 0)
 
 
 def causal_scores(docs, S: sp.csr_array, *, temperature: float = 1.0, prior: np.ndarray | None = None,
@@ -154,7 +429,14 @@ def causal_scores(docs, S: sp.csr_array, *, temperature: float = 1.0, prior: np.
     # The kernel streams ~1e5 stored entries of S per position on a realistic PPMI and is
     # bound by memory traffic: 2-byte column indices (when they fit) make it ~1.3x faster.
     indices = S.indices.astype(np.uint16) if S.shape[1] <= 1 << 16 else S.indices
-    _causal_kernel(np.ascontiguousarray(docs.ids, dtype=np.int32), np.ascontiguousarray(docs.offsets),
-                   S.indptr, indices, S.data, 1.0 / temperature, prior_arr, float(prior_weight),
-                   out_logp, out_rank)
+    offsets = np.ascontiguousarray(docs.offsets)
+    # longest documents first, handed out one at a time: no core idles on a long last one
+    order = np.argsort(-np.diff(offsets), kind="stable")
+    col_starts = _column_block_starts(S.indptr, indices, S.shape[1], _COL_BLOCK)
+    previous = nb.set_parallel_chunksize(1)
+    try:
+        _causal_kernel(np.ascontiguousarray(docs.ids, dtype=np.int32), offsets, order, S.indptr, indices, S.data,
+                       col_starts, 1.0 / temperature, prior_arr, float(prior_weight), out_logp, out_rank)
+    finally:
+        nb.set_parallel_chunksize(previous)
     return out_logp, out_rank
