@@ -294,7 +294,7 @@ def stage_models(data: Data, stats: Stats, sizes, device, seed: int, cache: bool
         test = ClassificationData(data.clf_test.tokens, data.clf_test.labels, max_len=mcfg.max_len)
         seed_everything(seed)
         tcfg = seed_train_config(epochs=sizes.clf_epochs, progress=progress, device=device.type, seed=seed,
-                                 checkpoint_every=50, batch_size=_batch(64, len(train)))
+                                 checkpoint_every=50, batch_size=_batch(64, len(train)), lr=sizes.clf_lr)
         out["classifier"] = _train("classifier", TransformerClassifier(mcfg), ClassificationTask(train, {"test": test}),
                                    tcfg, {**common, "model": mcfg.to_dict()}, cache)
         hist = out["classifier"].metrics["history"]

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One GPU check of `python -m distattn.compare --profile full` (run on the device machine):
+# environment, a smoke test of the compiled kernels there, then the full profile cold and warm.
+# Logs and the report land in $OUT. The IMDB archive is expected in .gpu/ (carried).
+set -o pipefail
+export PYTHONPATH=$PWD DISTATTN_DATA_DIR=$PWD/.gpu DISTATTN_CACHE_DIR=/tmp/dacache PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+python3 -c "import numba, llvmlite, torch; print('numba', numba.__version__, 'llvmlite', llvmlite.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))" 2>&1 | tee $OUT/env.txt
+nproc | tee -a $OUT/env.txt
+python3 -m pytest -q -x -p no:cacheprovider tests/test_cooccurrence.py tests/test_nexttoken.py tests/test_projection_core.py 2>&1 | tail -3 | tee $OUT/smoke.txt
+grep -q " passed" $OUT/smoke.txt && ! grep -q "failed\|error" $OUT/smoke.txt || { echo "smoke test failed; not running compare"; exit 1; }
+start=$(date +%s.%N)
+python3 -m distattn.compare --corpus imdb --profile full --out /tmp/runs -q 2>&1 | tee $OUT/compare_cold.log
+echo "cold wall $(echo "$(date +%s.%N) - $start" | bc) s" | tee -a $OUT/compare_cold.log
+start=$(date +%s.%N)
+python3 -m distattn.compare --corpus imdb --profile full --out /tmp/runs -q 2>&1 | tail -3 | tee $OUT/compare_warm.log
+echo "warm wall $(echo "$(date +%s.%N) - $start" | bc) s" | tee -a $OUT/compare_warm.log
+run=$(ls -td /tmp/runs/imdb-* | tail -1)
+cp "$run/report.html" "$run/metrics.json" "$run/config.json" $OUT/
