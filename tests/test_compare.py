@@ -146,3 +146,21 @@ def test_module_help():
     res = subprocess.run([sys.executable, "-m", "distattn.compare", "--help"], capture_output=True, text=True,
                          timeout=60, env=dict(os.environ))
     assert res.returncode == 0 and "--profile" in res.stdout and "--corpus" in res.stdout
+
+
+def test_lm_targets_are_never_unk(tmp_path):
+    """The LMs are compared with projections that never predict <unk>: OOV tokens are inputs
+    (as <unk>) but never training targets."""
+    import dataclasses
+
+    from distattn.compare.config import CompareConfig
+    from distattn.compare.stages import load_data
+    from distattn.train import LMData
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl")
+    cfg = CompareConfig(corpus="text", path=str(corpus), profile="quick")
+    sizes = dataclasses.replace(cfg.sizes(), vocab_size=8)          # a tiny vocabulary: many OOV tokens
+    data = load_data(cfg, sizes, progress=False)
+    lm = LMData(data.lm_neg, seq_len=16, oov_id=data.vocab.unk_id)
+    batch = lm.batch(np.arange(len(lm)))
+    assert (batch["targets"] == data.vocab.unk_id).sum() == 0 and (batch["targets"] == -1).sum() > 0
+    assert (batch["ids"] == data.vocab.unk_id).sum() > 0

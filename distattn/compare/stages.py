@@ -22,7 +22,7 @@ from distattn.corpus import EncodedCorpus, RaggedIds, Vocabulary, get_corpus, to
 from distattn.paths import cache_dir
 
 log = logging.getLogger("distattn.compare")
-FORMAT = 1
+FORMAT = 2  # 2: LMs never trained to predict <unk>
 
 
 def clamp_rank(rank: int, vocab_size: int) -> int:
@@ -48,7 +48,7 @@ class Data:
     val_neg: RaggedIds                       # temperature fitting (held out of the statistics)
     test_neg: RaggedIds                      # next-token evaluation, truncated
     test_unk: RaggedIds
-    lm_unk: RaggedIds                        # LM training docs
+    lm_neg: RaggedIds                        # LM training docs (OOV = -1: <unk> in inputs, never a target)
     clf_train: EncodedCorpus | None          # classifier (labelled) sets, <unk> encoding
     clf_test: EncodedCorpus | None
     key: str = ""
@@ -104,7 +104,7 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
         clf_test = unk.take(subset(clf_test_idx, sizes.clf_test_docs))
     data = Data(vocab=vocab, stat_neg=neg.tokens.take(stat_idx), val_neg=neg.tokens.take(val_idx).truncate(sizes.eval_len),
                 test_neg=neg.tokens.take(eval_idx).truncate(sizes.eval_len),
-                test_unk=unk.tokens.take(eval_idx).truncate(sizes.eval_len), lm_unk=unk.tokens.take(lm_idx),
+                test_unk=unk.tokens.take(eval_idx).truncate(sizes.eval_len), lm_neg=neg.tokens.take(lm_idx),
                 clf_train=clf_train, clf_test=clf_test)
     data.key = config_hash({"tokens": tc.source, "seed": cfg.seed, "vocab": vocab.fingerprint(),
                             "stat": _ids_hash(stat_idx), "val": _ids_hash(val_idx), "eval": _ids_hash(eval_idx),
@@ -305,7 +305,7 @@ def stage_models(data: Data, stats: Stats, sizes, device, seed: int, cache: bool
             ("attention_only_lm", ProjectionMatchedLM, AttentionOnlyConfig(vocab_size=V, **sizes.attn_model), 3e-3),
             ("transformer_lm", TransformerLM, LMConfig(vocab_size=V, **sizes.lm_model), 1e-3)):
         seed_everything(seed)
-        train = LMData(data.lm_unk, seq_len=mcfg.max_len, oov_id=data.vocab.unk_id)
+        train = LMData(data.lm_neg, seq_len=mcfg.max_len, oov_id=data.vocab.unk_id)
         tcfg = lm_train_config(epochs=1, batch_size=_batch(sizes.lm_batch, len(train)), lr=lr, max_steps=sizes.lm_steps,
                                warmup_steps=min(100, (sizes.lm_steps or 1000) // 10), progress=progress,
                                device=device.type, seed=seed, checkpoint_every=50)
