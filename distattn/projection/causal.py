@@ -37,7 +37,7 @@ from distattn.projection import _checks
 from distattn.projection._scoring import FASTMATH, score_row
 from distattn.projection.core import NORMALIZATIONS, ZERO_ROW_POLICIES
 
-__all__ = ["causal_weights", "causal_logits", "causal_scores"]
+__all__ = ["causal_weights", "causal_logits", "causal_scores", "causal_plan"]
 
 
 def causal_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: str = "uniform",
@@ -94,7 +94,8 @@ def causal_logits(known_ids: np.ndarray, S: sp.csr_array, C: np.ndarray) -> np.n
 
 
 _LANES = 8         # consecutive positions advanced together (one cache line of float64 per column);
-                   # the vector helpers below (_fma8, _lane_max8, _lane_scores8) assume 8
+                   # the vector helpers below work on groups of 8 lanes (_LANES a multiple of 8)
+_NV = _LANES // 4  # <4 x double> vectors per column
 _COL_BLOCK = 2048  # columns per cache block: _COL_BLOCK * _LANES * 8 bytes = 128 KB stays in L2
 
 
@@ -116,41 +117,39 @@ def _column_block_starts(indptr, indices, n_cols, width):
 
 
 @intrinsic
-def _fma8(typingctx, arr, idx, w, s):
-    """``arr[idx:idx+8] += w * s`` (w: 8-tuple of float64, s: float64) as two 4-wide vector FMAs.
+def _scatter(typingctx, F, indices, data, q0, q1, wts, wb):
+    """``F[k*L : k*L+L] += wts[wb : wb+L] * S[v, k]`` over the stored entries ``q0:q1`` of a row
+    (L = _LANES), as vector FMAs with the weights held in registers.
 
-    LLVM does not fuse the eight scalar updates itself (numba's indexing hides that the
-    addresses are consecutive), and a scalar version is ~4x slower."""
-    sig = types.void(arr, idx, w, s)
+    LLVM does not fuse the scalar updates itself (numba's indexing hides that the addresses
+    are consecutive), and a scalar version is ~4x slower."""
+    sig = types.void(F, indices, data, q0, q1, wts, wb)
 
     def codegen(context, builder, signature, args):
-        arrty = signature.args[0]
-        ary = context.make_array(arrty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, arrty, ary, [args[1]], wraparound=False)
-        f64 = _ir.DoubleType()
-        vec = _ir.VectorType(f64, 4)
-        i32 = _ir.IntType(32)
-        fma = cgutils.get_or_insert_function(builder.module, _ir.FunctionType(vec, [vec, vec, vec]), "llvm.fma.v4f64")
-        splat = _ir.Constant(vec, _ir.Undefined)
-        for c in range(4):
-            splat = builder.insert_element(splat, args[3], _ir.Constant(i32, c))
-        vptr = builder.bitcast(ptr, vec.as_pointer())
-        for half in range(2):
-            wv = _ir.Constant(vec, _ir.Undefined)
-            for c in range(4):
-                wv = builder.insert_element(wv, builder.extract_value(args[2], 4 * half + c), _ir.Constant(i32, c))
-            p = builder.gep(vptr, [_ir.Constant(i32, half)])
-            builder.store(builder.call(fma, [wv, splat, builder.load(p, align=8)]), p, align=8)
+        f64, f32, i32, v4d, v8f, v4i = _vec_consts(builder)
+        i64 = _ir.IntType(64)
+        fary = context.make_array(signature.args[0])(context, builder, args[0])
+        iary = context.make_array(signature.args[1])(context, builder, args[1])
+        dary = context.make_array(signature.args[2])(context, builder, args[2])
+        wary = context.make_array(signature.args[5])(context, builder, args[5])
+        unsigned = not signature.args[1].dtype.signed
+        fptr = builder.bitcast(fary.data, v4d.as_pointer())
+        wptr = builder.bitcast(builder.gep(wary.data, [args[6]]), v4d.as_pointer())
+        w = [builder.load(builder.gep(wptr, [_ir.Constant(i32, h)]), align=8) for h in range(_NV)]
+        fma = cgutils.get_or_insert_function(builder.module, _ir.FunctionType(v4d, [v4d, v4d, v4d]), "llvm.fma.v4f64")
+        q0 = args[3]
+        with cgutils.for_range(builder, builder.sub(args[4], q0)) as loop:
+            q = builder.add(q0, loop.index)
+            col = builder.load(builder.gep(iary.data, [q]))
+            col = builder.zext(col, i64) if unsigned else builder.sext(col, i64)
+            s = _splat(builder, v4d, builder.load(builder.gep(dary.data, [q])))
+            base = builder.mul(col, _ir.Constant(i64, _NV))
+            for h in range(_NV):
+                ptr = builder.gep(fptr, [builder.add(base, _ir.Constant(i64, h))])
+                builder.store(builder.call(fma, [w[h], s, builder.load(ptr, align=8)]), ptr, align=8)
         return context.get_dummy_value()
 
     return sig, codegen
-
-
-@nb.njit(fastmath=FASTMATH, inline="always")
-def _scatter8(F, indices, data, q0, q1, w):
-    """``F[k*8 + c] += w[c] * S[v, k]`` over the stored entries ``q0:q1`` of a row."""
-    for q in range(q0, q1):
-        _fma8(F, np.int64(indices[q]) * 8, w, data[q])
 
 
 def _vec_consts(builder):
@@ -166,32 +165,32 @@ def _splat(builder, vec_type, value):
 
 
 def _load_lanes(context, builder, arrty, arr):
-    """The 8 float64 of a small array as two <4 x double>."""
+    """The _LANES float64 of a small array as _NV <4 x double>."""
     ary = context.make_array(arrty)(context, builder, arr)
     vptr = builder.bitcast(ary.data, _ir.VectorType(_ir.DoubleType(), 4).as_pointer())
-    return [builder.load(builder.gep(vptr, [_ir.Constant(_ir.IntType(32), h)]), align=8) for h in range(2)], vptr
+    return [builder.load(builder.gep(vptr, [_ir.Constant(_ir.IntType(32), h)]), align=8) for h in range(_NV)], vptr
 
 
 @intrinsic
-def _lane_max8(typingctx, F, k0, k1, m):
-    """``m[c] = max(m[c], max_k F[k*8 + c])`` for k in ``k0:k1`` (vectorised across the lanes)."""
+def _lane_max(typingctx, F, k0, k1, m):
+    """``m[c] = max(m[c], max_k F[k*L + c])`` for k in ``k0:k1`` (vectorised across the lanes)."""
     sig = types.void(F, k0, k1, m)
 
     def codegen(context, builder, signature, args):
         f64, f32, i32, v4d, v8f, v4i = _vec_consts(builder)
         fmax = cgutils.get_or_insert_function(builder.module, _ir.FunctionType(v4d, [v4d, v4d]), "llvm.maxnum.v4f64")
-        (m0, m1), mptr = _load_lanes(context, builder, signature.args[3], args[3])
-        acc = [cgutils.alloca_once_value(builder, m0), cgutils.alloca_once_value(builder, m1)]
+        ms, mptr = _load_lanes(context, builder, signature.args[3], args[3])
+        acc = [cgutils.alloca_once_value(builder, mh) for mh in ms]
         fary = context.make_array(signature.args[0])(context, builder, args[0])
         fptr = builder.bitcast(fary.data, v4d.as_pointer())
-        start = builder.mul(args[1], _ir.Constant(args[1].type, 2))
+        start = builder.mul(args[1], _ir.Constant(args[1].type, _NV))
         count = builder.sub(args[2], args[1])
         with cgutils.for_range(builder, count) as loop:
-            base = builder.add(start, builder.mul(loop.index, _ir.Constant(loop.index.type, 2)))
-            for h in range(2):
+            base = builder.add(start, builder.mul(loop.index, _ir.Constant(loop.index.type, _NV)))
+            for h in range(_NV):
                 x = builder.load(builder.gep(fptr, [builder.add(base, _ir.Constant(base.type, h))]), align=8)
                 builder.store(builder.call(fmax, [builder.load(acc[h]), x]), acc[h])
-        for h in range(2):
+        for h in range(_NV):
             builder.store(builder.load(acc[h]), builder.gep(mptr, [_ir.Constant(i32, h)]), align=8)
         return context.get_dummy_value()
 
@@ -204,10 +203,12 @@ _EXP_CONSTS = [float(np.float32(c)) for c in (-87.0, 1.4426950408889634, 0.69314
 
 
 @intrinsic
-def _lane_scores8(typingctx, F, n, m, sc, tv, total, cnt):
-    """Per lane c: ``total[c] = Σ_k exp((F[k*8+c] - m[c]) * sc[c])`` (the float32 exp of
+def _lane_scores(typingctx, F, n, m, sc, tv, total, cnt):
+    """Per lane c: ``total[c] = Σ_k exp((F[k*L+c] - m[c]) * sc[c])`` (the float32 exp of
     :func:`~distattn.projection._scoring.exp_neg`, 8-wide, summed in float64) and
-    ``cnt[c] = #{k : F[k*8+c] >= tv[c]}``, in one pass over ``k < n``."""
+    ``cnt[c] = #{k : F[k*L+c] >= tv[c]}``, in one pass over ``k < n``; the same pass then
+    sets every lane of column k to its last lane (the next block's starting point), which
+    saves the kernel a separate pass over F."""
     sig = types.void(F, n, m, sc, tv, total, cnt)
 
     def codegen(context, builder, signature, args):
@@ -225,30 +226,37 @@ def _lane_scores8(typingctx, F, n, m, sc, tv, total, cnt):
         cnt_ptr = builder.bitcast(cary.data, v4i.as_pointer())
         zero_d = _ir.Constant(v4d, [0.0] * 4)
         zero_i = _ir.Constant(v4i, [0] * 4)
-        tot = [cgutils.alloca_once_value(builder, zero_d) for _ in range(2)]
-        cnt = [cgutils.alloca_once_value(builder, zero_i) for _ in range(2)]
+        tot = [cgutils.alloca_once_value(builder, zero_d) for _ in range(_NV)]
+        cnt = [cgutils.alloca_once_value(builder, zero_i) for _ in range(_NV)]
         floor_c, log2e, ln2_hi, ln2_lo, *poly = [_ir.Constant(v8f, [c] * 8) for c in _EXP_CONSTS]
         half = _ir.Constant(v8f, [0.5] * 8)
         skip_c = _ir.Constant(v8f, [-_SKIP] * 8)
         fary = context.make_array(signature.args[0])(context, builder, args[0])
         fptr = builder.bitcast(fary.data, v4d.as_pointer())
         with cgutils.for_range(builder, args[1]) as loop:
-            base = builder.mul(loop.index, _ir.Constant(loop.index.type, 2))
-            ts = []
-            for h in range(2):
-                x = builder.load(builder.gep(fptr, [builder.add(base, _ir.Constant(base.type, h))]), align=8)
-                ge = builder.zext(builder.fcmp_ordered(">=", x, tvv[h]), v4i)
-                builder.store(builder.add(builder.load(cnt[h]), ge), cnt[h])
-                ts.append(builder.fptrunc(builder.fmul(builder.fsub(x, mv[h]), sv[h]), _ir.VectorType(f32, 4)))
-            t = builder.shuffle_vector(ts[0], ts[1], _ir.Constant(v8i, lo_hi))
-            # a column where every lane is below exp(-_SKIP) adds < vocab * 6e-16 to totals >= 1:
-            # skip its exp (most columns, once a document is long enough to separate the logits)
-            live = builder.fcmp_unordered(">", t, skip_c)   # NaN stays live: it propagates
-            live = builder.icmp_unsigned("!=", builder.bitcast(live, _ir.IntType(8)), _ir.Constant(_ir.IntType(8), 0))
-            with builder.if_then(live, likely=False):
-                _exp8_accumulate(builder, t, tot, fmax, floor, fma, floor_c, log2e, ln2_hi, ln2_lo, half, poly,
-                                 v8i, v4d, i32, lo_hi)
-        for h in range(2):
+            base = builder.mul(loop.index, _ir.Constant(loop.index.type, _NV))
+            ptrs = [builder.gep(fptr, [builder.add(base, _ir.Constant(base.type, h))]) for h in range(_NV)]
+            xs = [builder.load(ptr, align=8) for ptr in ptrs]
+            last = builder.shuffle_vector(xs[-1], xs[-1], _ir.Constant(_ir.VectorType(i32, 4), [3] * 4))
+            for ptr in ptrs:
+                builder.store(last, ptr, align=8)
+            for grp in range(_NV // 2):        # 8 lanes at a time
+                ts = []
+                for h in (2 * grp, 2 * grp + 1):
+                    x = xs[h]
+                    ge = builder.zext(builder.fcmp_ordered(">=", x, tvv[h]), v4i)
+                    builder.store(builder.add(builder.load(cnt[h]), ge), cnt[h])
+                    ts.append(builder.fptrunc(builder.fmul(builder.fsub(x, mv[h]), sv[h]), _ir.VectorType(f32, 4)))
+                t = builder.shuffle_vector(ts[0], ts[1], _ir.Constant(v8i, lo_hi))
+                # a column where all 8 lanes are below exp(-_SKIP) adds < vocab * 6e-16 to totals >= 1:
+                # skip its exp (most columns, once a document is long enough to separate the logits)
+                live = builder.fcmp_unordered(">", t, skip_c)   # NaN stays live: it propagates
+                live = builder.icmp_unsigned("!=", builder.bitcast(live, _ir.IntType(8)),
+                                             _ir.Constant(_ir.IntType(8), 0))
+                with builder.if_then(live, likely=False):
+                    _exp8_accumulate(builder, t, tot[2 * grp:2 * grp + 2], fmax, floor, fma, floor_c, log2e, ln2_hi,
+                                     ln2_lo, half, poly, v8i, v4d, i32, lo_hi)
+        for h in range(_NV):
             builder.store(builder.load(tot[h]), builder.gep(tot_ptr, [_ir.Constant(i32, h)]), align=8)
             builder.store(builder.load(cnt[h]), builder.gep(cnt_ptr, [_ir.Constant(i32, h)]), align=8)
         return context.get_dummy_value()
@@ -314,6 +322,7 @@ def _causal_kernel(ids, offsets, order, indptr, indices, data, col_starts, scale
         work = np.empty(n_cols if with_prior else 0, np.float32)
         bits = np.empty(n_cols if with_prior else 0, np.int32)
         n_known = 0
+        carried = True  # every column's lanes already hold the same value (the scoring pass sets them)
         for t0 in range(start, stop - 1, L):
             # 1. the coefficients each position adds (sequential: h and g evolve)
             n_slots = 0
@@ -327,10 +336,9 @@ def _causal_kernel(ids, offsets, order, indptr, indices, data, col_starts, scale
                 i = ids[t]
                 if i >= 0:
                     lo, hi = indptr[i], indptr[i + 1]
-                    for p in range(lo, hi):
-                        g[indices[p]] += data[p]
-                    for p in range(lo, hi):
+                    for p in range(lo, hi):   # one pass: g += S[i], and the prefix types meeting i
                         v = indices[p]
+                        g[v] += data[p]
                         if h[v] > 0:
                             w = h[v] * data[p]
                             sl = slot[v]
@@ -368,17 +376,16 @@ def _causal_kernel(ids, offsets, order, indptr, indices, data, col_starts, scale
             for cb in range(n_cb):
                 k0 = cb * _COL_BLOCK
                 k1 = min(k0 + _COL_BLOCK, n_cols)
-                for k in range(k0, k1):          # every lane starts from the previous block's last
-                    last = F[k * L + L - 1]
-                    for c in range(L):
-                        F[k * L + c] = last
+                if not carried:
+                    for k in range(k0, k1):      # every lane starts from the previous block's last
+                        last = F[k * L + L - 1]
+                        for c in range(L):
+                            F[k * L + c] = last
                 for sl in range(n_slots):
                     v = slot_v[sl]
-                    wb = sl * L
-                    w = (wts[wb], wts[wb + 1], wts[wb + 2], wts[wb + 3], wts[wb + 4], wts[wb + 5], wts[wb + 6],
-                         wts[wb + 7])
-                    _scatter8(F, indices, data, col_starts[v, cb], col_starts[v, cb + 1], w)
-                _lane_max8(F, k0, k1, m)
+                    _scatter(F, indices, data, col_starts[v, cb], col_starts[v, cb + 1], wts, sl * L)
+                _lane_max(F, k0, k1, m)
+            carried = False
             if not any_target:
                 continue
             # 3. score the block's positions
@@ -393,15 +400,26 @@ def _causal_kernel(ids, offsets, order, indptr, indices, data, col_starts, scale
                 continue
             for b in range(L):
                 tv[b] = F[max(tgt[b], 0) * L + b]
-            _lane_scores8(F, n_cols, m, lane_scale, tv, total, cnt)
+            _lane_scores(F, n_cols, m, lane_scale, tv, total, cnt)   # also carries F to the next block
+            carried = True
             for b in range(L):
                 if tgt[b] >= 0:
                     out_logp[t0 + b] = (tv[b] - m[b]) * lane_scale[b] - math.log(total[b])
                     out_rank[t0 + b] = max(cnt[b] - 1, 0)
 
 
+def causal_plan(S: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
+    """The per-S tables of :func:`causal_scores`: S's column indices (2-byte when they fit)
+    and where each row's column blocks start. Build once per S and pass as ``plan=``."""
+    # The kernel streams ~1e5 stored entries of S per position on a realistic PPMI and is
+    # bound by memory traffic: 2-byte column indices (when they fit) make it ~1.3x faster.
+    indices = S.indices.astype(np.uint16) if S.shape[1] <= 1 << 16 else S.indices
+    return indices, _column_block_starts(S.indptr, indices, S.shape[1], _COL_BLOCK)
+
+
 def causal_scores(docs, S: sp.csr_array, *, temperature: float = 1.0, prior: np.ndarray | None = None,
-                  prior_weight: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+                  prior_weight: float = 0.0, plan: tuple[np.ndarray, np.ndarray] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Score every next-token prediction of the raw causal projection (``A = M``).
 
     Parameters
@@ -413,6 +431,8 @@ def causal_scores(docs, S: sp.csr_array, *, temperature: float = 1.0, prior: np.
         ``p_t = softmax(e_t / temperature)``.
     prior, prior_weight
         Optional mixture ``(1 - w) p_t + w prior`` (prior: probabilities, shape (vocab_size,)).
+    plan : optional
+        ``causal_plan(S)`` for this S, to reuse across calls (built here when omitted).
 
     Returns
     -------
@@ -426,13 +446,10 @@ def causal_scores(docs, S: sp.csr_array, *, temperature: float = 1.0, prior: np.
     out_logp = np.full(n, np.nan)
     out_rank = np.full(n, -1, dtype=np.int64)
     prior_arr = np.zeros(0, np.float32) if prior is None else np.ascontiguousarray(prior, dtype=np.float32)
-    # The kernel streams ~1e5 stored entries of S per position on a realistic PPMI and is
-    # bound by memory traffic: 2-byte column indices (when they fit) make it ~1.3x faster.
-    indices = S.indices.astype(np.uint16) if S.shape[1] <= 1 << 16 else S.indices
+    indices, col_starts = causal_plan(S) if plan is None else plan
     offsets = np.ascontiguousarray(docs.offsets)
     # longest documents first, handed out one at a time: no core idles on a long last one
     order = np.argsort(-np.diff(offsets), kind="stable")
-    col_starts = _column_block_starts(S.indptr, indices, S.shape[1], _COL_BLOCK)
     previous = nb.set_parallel_chunksize(1)
     try:
         _causal_kernel(np.ascontiguousarray(docs.ids, dtype=np.int32), offsets, order, S.indptr, indices, S.data,

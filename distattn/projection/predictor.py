@@ -22,7 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from distattn.projection import _checks
 from distattn.projection.batch import global_evidences
-from distattn.projection.causal import causal_logits, causal_scores, causal_weights
+from distattn.projection.causal import causal_logits, causal_plan, causal_scores, causal_weights
 from distattn.projection.core import (NORMALIZATIONS, ZERO_ROW_POLICIES, _gather, _global_evidence, _profiles,
                                       attention_weights)
 
@@ -77,6 +77,7 @@ class ProjectionPredictor(BaseEstimator):
             self.vocabulary if isinstance(self.vocabulary, (int, np.integer)) else len(self.vocabulary))
         self.cooc_ = _checks.cooc_matrix(cooc, vocab_size=expected)
         self.vocab_size_ = self.cooc_.shape[0]
+        self._causal_plan = None  # the fused kernel's per-S tables, built on first use
         return self
 
     def _ids(self, token_ids) -> np.ndarray:
@@ -188,4 +189,7 @@ class ProjectionPredictor(BaseEstimator):
                                        prior=prior, prior_weight=prior_weight, device=self.device)
         if self.normalization != "none":
             return NotImplemented
-        return causal_scores(docs, self.cooc_, temperature=tau, prior=prior, prior_weight=prior_weight)
+        cached = getattr(self, "_causal_plan", None)   # (the S it was built for, its tables)
+        if cached is None or cached[0] is not self.cooc_:
+            cached = self._causal_plan = (self.cooc_, causal_plan(self.cooc_))
+        return causal_scores(docs, self.cooc_, temperature=tau, prior=prior, prior_weight=prior_weight, plan=cached[1])
