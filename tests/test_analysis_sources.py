@@ -47,7 +47,6 @@ def _script(name):
                                           ("attention_vs_ppmi", ["report.json", "heatmaps.png", "graph.png",
                                                                  "cka.png", "agreement.png", "attention.graphml"])])
 def test_scripts_run_on_the_paper_corpus(name, outputs, tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     assert _script(name).main(["--out", str(tmp_path), "--d-model", "8", "--heads", "2"]) == 0
     for f in outputs:
         assert (tmp_path / f).stat().st_size > 100

@@ -1,12 +1,10 @@
-import shutil
-import urllib.request
 
 import numpy as np
 import pytest
 
 from distattn.corpus import (ArchiveNotFoundError, CorruptArchiveError, ImdbCorpus, fetch_imdb, get_corpus,
                              tokenize_corpus)
-from distattn.corpus.imdb import ARCHIVE_NAME, KNOWN_ARCHIVES, read_imdb_archive
+from distattn.corpus.imdb import ARCHIVE_NAME, KNOWN_ARCHIVES
 
 pytestmark = pytest.mark.imdb
 

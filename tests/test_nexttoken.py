@@ -78,7 +78,6 @@ def test_generic_path_matches_naive_reference(S, docs, normalization):
 
 @pytest.mark.parametrize("normalization", ["none", "row", "softmax"])
 def test_torch_path_matches_numpy(S, docs, normalization):
-    pytest.importorskip("torch")
     cpu = ProjectionPredictor(normalization=normalization).fit(S)
     dev = ProjectionPredictor(normalization=normalization, device="auto").fit(S)
     _, lp_np, rk_np = evaluate_next_token(Generic(cpu), docs, temperature=1.5, return_scores=True)
@@ -154,7 +153,7 @@ def test_rank_and_top_k_from_known_logits():
 
 
 def test_model_may_yield_blocks_and_torch_tensors():
-    torch = pytest.importorskip("torch")
+    import torch
     rng = np.random.default_rng(9)
     table = rng.normal(size=(V, V))
     doc = rng.integers(0, V, size=50)

@@ -237,7 +237,7 @@ def test_attention_weights_known_mask_equals_dropping(S):
 
 @pytest.mark.parametrize("normalization", ["none", "row", "softmax"])
 def test_torch_path_matches_numpy(S, normalization):
-    torch = pytest.importorskip("torch")
+    import torch
     from distattn.projection import torch_context_matrices, torch_global_evidence, torch_vocabulary_evidence
     docs = [np.array([3, 7, 3, 9]), np.array([5]), np.array([1, -1, 2])]
     for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):

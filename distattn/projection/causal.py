@@ -284,6 +284,23 @@ def _exp8_accumulate(builder, t, tot, fmax, floor, fma, floor_c, log2e, ln2_hi, 
         builder.store(builder.fadd(builder.load(tot[h]), builder.fpext(part, v4d)), tot[h])
 
 
+
+@nb.njit(inline="always", cache=True)
+def _add_lane_weight(v, w, b, L, slot, slot_v, wts, n_slots):
+    """Add ``w`` to lanes ``b..L-1`` of row ``v``'s weight slot (allocating a zeroed slot on
+    first use); returns the new slot count."""
+    sl = slot[v]
+    if sl < 0:
+        sl = n_slots
+        n_slots += 1
+        slot[v] = sl
+        slot_v[sl] = v
+        for c in range(L):
+            wts[sl * L + c] = 0.0
+    for c in range(b, L):
+        wts[sl * L + c] += w
+    return n_slots
+
 @nb.njit(fastmath=FASTMATH, parallel=True, cache=True)
 def _causal_kernel(ids, offsets, order, indptr, indices, data, col_starts, scale, prior, prior_weight,
                    out_logp, out_rank):
@@ -340,28 +357,8 @@ def _causal_kernel(ids, offsets, order, indptr, indices, data, col_starts, scale
                         v = indices[p]
                         g[v] += data[p]
                         if h[v] > 0:
-                            w = h[v] * data[p]
-                            sl = slot[v]
-                            if sl < 0:
-                                sl = n_slots
-                                n_slots += 1
-                                slot[v] = sl
-                                slot_v[sl] = v
-                                for c in range(L):
-                                    wts[sl * L + c] = 0.0
-                            for c in range(b, L):
-                                wts[sl * L + c] += w
-                    w = g[i]
-                    sl = slot[i]
-                    if sl < 0:
-                        sl = n_slots
-                        n_slots += 1
-                        slot[i] = sl
-                        slot_v[sl] = i
-                        for c in range(L):
-                            wts[sl * L + c] = 0.0
-                    for c in range(b, L):
-                        wts[sl * L + c] += w
+                            n_slots = _add_lane_weight(v, h[v] * data[p], b, L, slot, slot_v, wts, n_slots)
+                    n_slots = _add_lane_weight(i, g[i], b, L, slot, slot_v, wts, n_slots)
                     h[i] += 1
                     n_known += 1
                 if t + 1 < stop and ids[t + 1] >= 0:
