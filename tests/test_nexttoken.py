@@ -65,6 +65,50 @@ def test_fused_kernel_matches_naive_reference(S, docs, tau):
     assert report.perplexity == pytest.approx(np.exp(report.mean_nll))
 
 
+def test_fused_kernel_on_a_large_vocabulary_long_documents_and_ranks():
+    """Several of the kernel's column blocks (V > 2048) and position blocks (16 lanes), a prior,
+    and ranks: the kernel's float32 lane increments keep log p within 1e-6 relative of the
+    float64 reference, and a rank may differ only where another token ties the target to 1e-6."""
+    rng = np.random.default_rng(11)
+    n = 5000
+    A = sp.random_array((n, n), density=0.01, rng=rng, data_sampler=lambda size: rng.uniform(0.0, 4.0, size))
+    S_big = sp.csr_array(A + A.T)
+    S_big.sort_indices()
+    zipf = 1.0 / np.arange(1, n + 1)
+    docs_big = [rng.choice(n, size=k, p=zipf / zipf.sum()) for k in (1, 17, 50, 130)]
+    docs_big[2][[5, 20]] = -1
+    prior = unigram_prior(docs_big, n, smoothing=0.5)
+    model = ProjectionPredictor().fit(S_big)
+    for w in (0.0, 0.2):
+        _, logp, rank = evaluate_next_token(model, docs_big, temperature=2.5, prior=prior if w else None,
+                                            prior_weight=w, return_scores=True)
+        checked = 0
+        for d, start in zip(docs_big, np.cumsum([0] + [len(d) for d in docs_big[:-1]])):
+            for t in range(len(d) - 1):
+                if d[t + 1] < 0 or not (d[:t + 1] >= 0).any():
+                    continue
+                p = (1 - w) * next_token_distribution(d[:t + 1], S_big, temperature=2.5) + w * prior
+                target = p[d[t + 1]]
+                assert logp[start + t] == pytest.approx(np.log(target), rel=1e-6, abs=1e-6)
+                others = np.delete(p, d[t + 1])
+                assert (others >= target * (1 + 1e-6)).sum() <= rank[start + t] <= (others >= target * (1 - 1e-6)).sum()
+                checked += 1
+        assert checked == 16 + 49 + 129 - 2                # the two OOV targets are not scored
+
+
+def test_documents_are_dealt_to_balanced_worker_queues():
+    from distattn.projection.causal import _balanced_queues
+    lengths = np.random.default_rng(3).integers(1, 3000, size=200)
+    for workers in (1, 2, 3, 8):
+        ptr, queue = _balanced_queues(lengths, workers)
+        assert ptr.size == workers + 1 and ptr[-1] == lengths.size
+        np.testing.assert_array_equal(np.sort(queue), np.arange(lengths.size))    # each document exactly once
+        loads = np.array([lengths[queue[ptr[w]:ptr[w + 1]]].sum() for w in range(workers)])
+        assert loads.max() - loads.min() <= lengths.max()                         # greedy longest-first bound
+    ptr, queue = _balanced_queues(lengths[:2], 8)                                  # more workers than documents
+    assert ptr.size == 3 and sorted(queue) == [0, 1]
+
+
 @pytest.mark.parametrize("normalization", ["none", "row", "softmax"])
 def test_generic_path_matches_naive_reference(S, docs, normalization):
     model = ProjectionPredictor(normalization=normalization).fit(S)
