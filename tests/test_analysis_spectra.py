@@ -8,8 +8,9 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from distattn.analysis import (FactoredMatrix, as_factored, circuit_alignment, circuit_spectra, effective_rank,
-                               energy_fraction, power_law_fit, principal_angles, qk_pmi_correlation, spectrum,
-                               spectrum_summary, stable_rank, subspace_alignment, top_frequent_ids)
+                               energy_fraction, power_law_fit, principal_angles, qk_pmi_correlation,
+                               qk_pmi_correlations, spectrum, spectrum_summary, stable_rank, subspace_alignment,
+                               top_frequent_ids)
 
 rng = np.random.default_rng(0)
 
@@ -231,6 +232,39 @@ def test_qk_pmi_correlation_orientation_for_directional_ppmi():
         qk_pmi_correlation(qk, D, ids, orientation="both")
     with pytest.raises(ValueError, match="distinct"):
         qk_pmi_correlation(qk, D, np.array([1, 1, 2]))
+
+
+def test_qk_pmi_correlations_of_several_heads_match_scipy_and_the_one_head_call():
+    from scipy import stats
+    P = _ppmi(symmetric=False, seed=6)
+    ids = np.arange(2, 32)
+    g = np.random.default_rng(9)
+    left, right = g.standard_normal((3, 40, 4)), g.standard_normal((3, 4, 40))
+    left[1] = np.round(left[1], 0)                                    # ties in the scores
+    rows = qk_pmi_correlations((left, right), sp.csr_array(P), ids, orientation="key_query")
+    assert len(rows) == 3
+    off = ~np.eye(ids.size, dtype=bool)
+    y = P[np.ix_(ids, ids)].T[off]
+    for h, r in enumerate(rows):
+        x = (left[h] @ right[h])[np.ix_(ids, ids)][off]
+        ref = stats.spearmanr(x, y)
+        ref_pos = stats.spearmanr(x[y > 0], y[y > 0])
+        assert r.rho_all == pytest.approx(ref.statistic, abs=1e-12) and r.pvalue_all == pytest.approx(ref.pvalue)
+        assert r.rho_positive == pytest.approx(ref_pos.statistic, abs=1e-12)
+        assert r.pvalue_positive == pytest.approx(ref_pos.pvalue)
+        assert r == qk_pmi_correlation((left[h], right[h]), P, ids, orientation="key_query")
+
+
+def test_average_ranks_match_scipy_rankdata():
+    from scipy.stats import rankdata
+    from distattn.analysis._ranks import average_ranks, spearman
+    g = np.random.default_rng(2)
+    X = g.integers(0, 4, size=(7, 9, 11)).astype(float)
+    X[0, 0, :3] = np.inf
+    for axis in (0, 1, 2, -1):
+        np.testing.assert_array_equal(average_ranks(X, axis=axis), rankdata(X, axis=axis))
+    np.testing.assert_array_equal(average_ranks(np.array([3.0])), [1.0])
+    assert np.isnan(spearman([1, 2, 3], [5, 5, 5])[0]) and np.isnan(spearman([1, 2], [3, 4])[0])
 
 
 def test_top_frequent_ids_excludes_and_breaks_ties_by_id():

@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from distattn.corpus.paper import load_paper_corpus
-from distattn.projection import (Head, combine_heads, context_matrix, corpus_position_matrix, cross_context_matrix,
+from distattn.projection import (CorpusPositional, Head, combine_heads, context_matrix, corpus_position_matrix, cross_context_matrix,
                                  cross_vocabulary_evidence, directional_context_matrix, directional_factors,
                                  embedding_basis, factored_svd, multihead_context_matrices, multihead_evidence,
                                  nmf_heads, positional_context_matrix, positional_distributions, row_normalize,
@@ -100,6 +100,25 @@ def test_positional_distributions_vectorised_matches_loop():
     np.testing.assert_allclose(pi, ref)
     with pytest.raises(ValueError, match="length=6 exceeds the 5 positions"):
         corpus_position_matrix(pi, 6)
+
+
+def test_corpus_positional_matches_the_per_sequence_blocks():
+    rng = np.random.default_rng(5)
+    V = 40
+    A = sp.random_array((V, V), density=0.2, rng=rng)
+    S = sp.csr_array(A + 2 * A.T)                               # not symmetric
+    docs = [rng.integers(-1, V, size=n) for n in rng.integers(1, 30, size=60)]
+    pi = positional_distributions(docs, V, max_length=25)
+    pos = CorpusPositional(S, pi, scale=0.7)
+    for ids in ([3], rng.integers(-1, V, size=12), rng.integers(0, V, size=25)):
+        ref = positional_context_matrix(ids, S, corpus_position_matrix(pi, len(ids), scale=0.7))
+        got = pos(ids)
+        for block in ("content_content", "content_position", "position_content", "position_position"):
+            np.testing.assert_allclose(getattr(got, block), getattr(ref, block), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="the sequence has 26 tokens; the distributions cover 25 positions"):
+        pos(np.zeros(26, dtype=int))
+    with pytest.raises(ValueError, match=r"distributions must have shape \(max_length, vocab_size=40\)"):
+        CorpusPositional(S, pi[:, :39])
 
 
 def test_sinusoidal_encoding_values():

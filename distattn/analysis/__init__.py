@@ -27,7 +27,7 @@ from distattn.analysis.agreement import (AgreementScores, agreement_scores, allo
                                          head_agreement, js_divergence, previous_token_attention, row_agreement,
                                          uniform_attention)
 from distattn.analysis.circuits import (PMICorrelation, circuit_alignment, circuit_spectra, qk_pmi_correlation,
-                                        top_frequent_ids)
+                                        qk_pmi_correlations, top_frequent_ids)
 from distattn.analysis.factored import FactoredMatrix, as_factored
 from distattn.analysis.flow import (attention_flow, attention_flow_reference, attention_rollout, flow_network,
                                     layer_attentions, residual_attention)
@@ -47,7 +47,7 @@ __all__ = [
     "FactoredMatrix", "as_factored",
     "Spectrum", "spectrum", "effective_rank", "stable_rank", "energy_fraction", "PowerLawFit", "power_law_fit",
     "spectrum_summary", "top_singular_vectors", "principal_angles", "SubspaceAlignment", "subspace_alignment",
-    "PMICorrelation", "qk_pmi_correlation", "circuit_spectra", "circuit_alignment", "top_frequent_ids",
+    "PMICorrelation", "qk_pmi_correlation", "qk_pmi_correlations", "circuit_spectra", "circuit_alignment", "top_frequent_ids",
     "attention_graph", "pagerank", "in_degree", "row_entropy", "spectral_gap", "graph_metrics", "write_graphml",
     "word_neighbourhood", "SenseCommunities", "sense_communities",
     "residual_attention", "layer_attentions", "attention_rollout", "attention_flow", "flow_network",

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import xlogy
 
+from distattn.analysis._ranks import average_ranks
 from distattn.analysis.factored import to_numpy
 
 __all__ = ["DIAGONAL_POLICIES", "allowed_keys", "uniform_attention", "previous_token_attention",
@@ -90,18 +91,38 @@ def _restrict(A, mask):
     return A, sums[:, 0]
 
 
-def _masked_spearman(P, Q, mask) -> np.ndarray:
-    from scipy.stats import rankdata  # scipy.stats takes about a second to import
+@dataclass
+class _Rows:
+    """One (R, R) attention matrix made ready for comparison on the allowed keys ``mask``:
+    rows restricted and re-normalised (rows without mass stay zero), and the average ranks of
+    the restricted rows (disallowed keys ranked last, at +inf). Ranks do not change under the
+    re-normalisation, nor when a prediction row without mass is read as uniform (one tie
+    either way), so each matrix is ranked once however many others it is compared with."""
 
+    normalized: np.ndarray
+    has_mass: np.ndarray
+    ranks: np.ndarray
+
+
+def _prepare(A, mask, name: str) -> _Rows:
+    A = to_numpy(A)
+    if not np.all(np.isfinite(A)) or np.any(A < 0):
+        raise ValueError(f"{name} attention must be finite and non-negative")
+    A, sums = _restrict(A, mask)
+    has_mass = sums > 0
+    return _Rows(A / np.where(has_mass, sums, 1.0)[:, None], has_mass,
+                 average_ranks(np.where(mask, A, np.inf), axis=1))
+
+
+def _masked_spearman(rp, rq, mask) -> np.ndarray:
+    """Row-wise Pearson correlation of the rank rows ``rp``, ``rq`` over the allowed keys."""
     n = mask.sum(axis=1).astype(np.float64)
-    rp = rankdata(np.where(mask, P, np.inf), axis=1, method="average")
-    rq = rankdata(np.where(mask, Q, np.inf), axis=1, method="average")
     w = mask.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mp = (rp * w).sum(1) / n
-        mq = (rq * w).sum(1) / n
-        dp = (rp - mp[:, None]) * w
-        dq = (rq - mq[:, None]) * w
+        mp = (np.where(mask, rp, 0.0)).sum(1) / n
+        mq = (np.where(mask, rq, 0.0)).sum(1) / n
+        dp = np.where(mask, rp - mp[:, None], 0.0) * w
+        dq = np.where(mask, rq - mq[:, None], 0.0) * w
         num = (dp * dq).sum(1)
         den = np.sqrt((dp ** 2).sum(1) * (dq ** 2).sum(1))
         rho = num / den
@@ -118,6 +139,25 @@ def _top1(P, Q, mask, atol) -> np.ndarray:
     return (sp & sq).sum(1) / np.maximum(sp.sum(1) * sq.sum(1), 1)
 
 
+def _compare(target: _Rows, prediction: _Rows, mask, tie_atol: float) -> dict:
+    R = mask.shape[0]
+    compared = target.has_mass & mask.any(axis=1)
+    fallback = compared & ~prediction.has_mass
+    rows = np.flatnonzero(compared)
+    nan = np.full(R, np.nan)
+    js, rho, top = nan.copy(), nan.copy(), nan.copy()
+    if rows.size:
+        T = target.normalized[rows]
+        P = prediction.normalized[rows]
+        fb = fallback[rows]
+        if fb.any():
+            P = np.where(fb[:, None], mask[rows] / mask[rows].sum(1, keepdims=True), P)
+        js[rows] = js_divergence(T, P)
+        rho[rows] = _masked_spearman(target.ranks[rows], prediction.ranks[rows], mask[rows])
+        top[rows] = _top1(T, P, mask[rows], tie_atol)
+    return {"js": js, "spearman": rho, "top1": top, "compared": compared, "fallback": fallback}
+
+
 def row_agreement(target, prediction, *, causal: bool = False, diagonal: str = "keep",
                   tie_atol: float = 1e-12) -> dict:
     """Per-row metrics of one sequence: ``js``, ``spearman``, ``top1`` (arrays of length R, NaN
@@ -126,26 +166,8 @@ def row_agreement(target, prediction, *, causal: bool = False, diagonal: str = "
     if T.ndim != 2 or T.shape[0] != T.shape[1] or T.shape != P.shape:
         raise ValueError(f"target and prediction must be (R, R) arrays of the same shape; got {T.shape} and "
                          f"{P.shape}")
-    for name, A in (("target", T), ("prediction", P)):
-        if not np.all(np.isfinite(A)) or np.any(A < 0):
-            raise ValueError(f"{name} attention must be finite and non-negative")
-    R = T.shape[0]
-    mask = allowed_keys(R, causal, diagonal)
-    T, tsum = _restrict(T, mask)
-    P, psum = _restrict(P, mask)
-    compared = (tsum > 0) & mask.any(axis=1)
-    fallback = compared & ~(psum > 0)
-    uniform = uniform_attention(R, causal, diagonal)
-    P = np.where(fallback[:, None], uniform, P / np.where(psum > 0, psum, 1.0)[:, None])
-    T = T / np.where(tsum > 0, tsum, 1.0)[:, None]
-    nan = np.full(R, np.nan)
-    js, rho, top = nan.copy(), nan.copy(), nan.copy()
-    rows = np.flatnonzero(compared)
-    if rows.size:
-        js[rows] = js_divergence(T[rows], P[rows])
-        rho[rows] = _masked_spearman(T[rows], P[rows], mask[rows])
-        top[rows] = _top1(T[rows], P[rows], mask[rows], tie_atol)
-    return {"js": js, "spearman": rho, "top1": top, "compared": compared, "fallback": fallback}
+    mask = allowed_keys(T.shape[0], causal, diagonal)
+    return _compare(_prepare(T, mask, "target"), _prepare(P, mask, "prediction"), mask, tie_atol)
 
 
 @dataclass
@@ -191,9 +213,13 @@ def agreement_scores(targets, predictions, *, causal: bool = False, diagonal: st
     T, P = _sequences(targets, "targets"), _sequences(predictions, "predictions")
     if len(T) != len(P):
         raise ValueError(f"{len(T)} target sequences but {len(P)} prediction sequences")
+    return _aggregate(row_agreement(t, p, causal=causal, diagonal=diagonal, tie_atol=tie_atol) for t, p in zip(T, P))
+
+
+def _aggregate(results) -> AgreementScores:
+    """Mean row metrics over the :func:`row_agreement` results of several sequences."""
     js, rho, top, skipped, fallback = [], [], [], 0, 0
-    for t, p in zip(T, P):
-        r = row_agreement(t, p, causal=causal, diagonal=diagonal, tie_atol=tie_atol)
+    for r in results:
         c = r["compared"]
         js.append(r["js"][c])
         rho.append(r["spearman"][c])
@@ -216,6 +242,38 @@ def _baseline(name: str, R: int, causal: bool, diagonal: str) -> np.ndarray:
     return previous_token_attention(R)
 
 
+def _prepare_all(targets, predictions: dict, causal: bool, diagonal: str):
+    """Targets (list of (R_s, R_s)) and every prediction list plus the baselines, each matrix
+    prepared once: ``(masks, target_rows, {name: prediction_rows})``."""
+    masks, T_rows = [], []
+    for t in targets:
+        t = to_numpy(t)
+        if t.ndim != 2 or t.shape[0] != t.shape[1]:
+            raise ValueError(f"target and prediction must be (R, R) arrays of the same shape; got {t.shape}")
+        masks.append(allowed_keys(t.shape[0], causal, diagonal))
+        T_rows.append(_prepare(t, masks[-1], "target"))
+    P_rows = {}
+    for name, seqs in predictions.items():
+        if len(seqs) != len(masks):
+            raise ValueError(f"{len(masks)} target sequences but {len(seqs)} prediction sequences")
+        rows = []
+        for p, m in zip(seqs, masks):
+            p = to_numpy(p)
+            if p.shape != m.shape:
+                raise ValueError(f"target and prediction must be (R, R) arrays of the same shape; got {m.shape} "
+                                 f"and {p.shape}")
+            rows.append(_prepare(p, m, "prediction"))
+        P_rows[name] = rows
+    for name in BASELINES:
+        P_rows[name] = [_prepare(_baseline(name, m.shape[0], causal, diagonal), m, "prediction") for m in masks]
+    return masks, T_rows, P_rows
+
+
+def _scores(masks, T_rows, P_rows: dict, tie_atol: float) -> dict[str, AgreementScores]:
+    return {name: _aggregate(_compare(t, p, m, tie_atol) for t, p, m in zip(T_rows, rows, masks))
+            for name, rows in P_rows.items()}
+
+
 def attention_agreement(targets, predictions, *, causal: bool = False, diagonal: str = "keep",
                         tie_atol: float = 1e-12) -> dict[str, AgreementScores]:
     """:func:`agreement_scores` of ``predictions`` against ``targets`` and of the two baselines
@@ -223,12 +281,8 @@ def attention_agreement(targets, predictions, *, causal: bool = False, diagonal:
     ``predictions`` may also be a dict ``{name: sequences}`` for several predictors at once."""
     T = _sequences(targets, "targets")
     preds = predictions if isinstance(predictions, dict) else {"prediction": predictions}
-    out = {name: agreement_scores(T, p, causal=causal, diagonal=diagonal, tie_atol=tie_atol)
-           for name, p in preds.items()}
-    for name in BASELINES:
-        base = [_baseline(name, t.shape[0], causal, diagonal) for t in T]
-        out[name] = agreement_scores(T, base, causal=causal, diagonal=diagonal, tie_atol=tie_atol)
-    return out
+    preds = {name: _sequences(p, name) for name, p in preds.items()}
+    return _scores(*_prepare_all(T, preds, causal, diagonal), tie_atol)
 
 
 def head_agreement(head_patterns, predictions, *, causal: bool = False, diagonal: str = "keep",
@@ -257,10 +311,15 @@ def head_agreement(head_patterns, predictions, *, causal: bool = False, diagonal
     preds = predictions if isinstance(predictions, dict) else {"projection": predictions}
     preds = {k: _sequences(v, k) for k, v in preds.items()}
     rows = []
+    P_rows = None  # the predictions and baselines, prepared once for every head
     for layer in range(n_layers):
         for head in range(n_heads):
             targets = [h[layer, head] for h in H]
-            scores = attention_agreement(targets, preds, causal=causal, diagonal=diagonal, tie_atol=tie_atol)
+            if P_rows is None:
+                masks, T_rows, P_rows = _prepare_all(targets, preds, causal, diagonal)
+            else:
+                T_rows = [_prepare(t, m, "target") for t, m in zip(targets, masks)]
+            scores = _scores(masks, T_rows, P_rows, tie_atol)
             for name, s in scores.items():
                 rows.append({"layer": layer, "head": head, "predictor": name, **s.to_dict()})
     return rows

@@ -18,8 +18,8 @@ Pairs and matching (:func:`qk_pmi_correlation`), for the top-N word ids ``w_1..w
   *follow* the query;
 * two values are reported: over **all** pairs (zero-PPMI pairs included, where they form one
   large tie) and over the pairs with **PPMI > 0** only;
-* Spearman's ρ is ``scipy.stats.spearmanr``: Pearson correlation of average ranks (ties get
-  the mean of the ranks they span). ``n_pairs`` is returned with each value; ρ is NaN when one
+* Spearman's ρ is that of ``scipy.stats.spearmanr`` (computed by :mod:`distattn.analysis._ranks`):
+  Pearson correlation of average ranks (ties get the mean of the ranks they span). ``n_pairs`` is returned with each value; ρ is NaN when one
   side is constant or fewer than 3 pairs remain.
 """
 
@@ -31,13 +31,14 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from distattn.analysis._ranks import average_ranks, spearman
 from distattn.analysis.factored import FactoredMatrix, _looks_factored, as_factored, to_numpy
 from distattn.analysis.spectra import (Spectrum, SubspaceAlignment, principal_angles, spectrum,
                                       top_singular_vectors)
 from distattn.memory import check_memory
 
-__all__ = ["ORIENTATIONS", "PMICorrelation", "qk_pmi_correlation", "circuit_spectra", "circuit_alignment",
-           "top_frequent_ids"]
+__all__ = ["ORIENTATIONS", "PMICorrelation", "qk_pmi_correlation", "qk_pmi_correlations", "circuit_spectra",
+           "circuit_alignment", "top_frequent_ids"]
 
 ORIENTATIONS = ("query_key", "key_query")
 
@@ -72,15 +73,6 @@ def top_frequent_ids(counts, n: int, exclude=()) -> np.ndarray:
     return order[:n]
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    if x.size < 3 or np.all(x == x[0]) or np.all(y == y[0]):
-        return float("nan"), float("nan")
-    from scipy import stats  # about a second to import
-
-    res = stats.spearmanr(x, y)
-    return float(res.statistic), float(res.pvalue)
-
-
 def qk_pmi_correlation(qk, ppmi, word_ids, *, orientation: str = "query_key") -> PMICorrelation:
     """Spearman correlation between a head's vocabulary-space QK scores and PPMI.
 
@@ -101,6 +93,26 @@ def qk_pmi_correlation(qk, ppmi, word_ids, *, orientation: str = "query_key") ->
     -------
     PMICorrelation
     """
+    qk = _one_head(qk)
+    return qk_pmi_correlations([qk], ppmi, word_ids, orientation=orientation)[0]
+
+
+def _one_head(qk):
+    if isinstance(qk, (FactoredMatrix, tuple)) or _looks_factored(qk):
+        F = as_factored(qk)
+        if F.ndim != 2:
+            raise ValueError(f"qk has shape {F.shape}: pass one head (e.g. qk[h])")
+        return F
+    Q = to_numpy(qk)
+    if Q.ndim != 2:
+        raise ValueError(f"a dense qk must be 2-D (vocab, vocab), got shape {Q.shape}")
+    return Q
+
+
+def qk_pmi_correlations(heads, ppmi, word_ids, *, orientation: str = "query_key") -> list[PMICorrelation]:
+    """:func:`qk_pmi_correlation` for several heads against one PPMI: ``heads`` is a list of
+    one-head QK circuits, or a factored circuit of shape (n_heads, vocab, vocab). The PPMI
+    block and its ranks are computed once for all of them."""
     if orientation not in ORIENTATIONS:
         raise ValueError(f"orientation must be one of {ORIENTATIONS}, got {orientation!r}")
     ids = np.asarray(word_ids)
@@ -108,38 +120,43 @@ def qk_pmi_correlation(qk, ppmi, word_ids, *, orientation: str = "query_key") ->
         raise ValueError(f"word_ids must be a 1-D integer array of at least 2 ids, got {ids!r:.80}")
     if np.unique(ids).size != ids.size:
         raise ValueError("word_ids must be distinct")
+    if not isinstance(heads, list):               # one circuit, factored, with or without a head axis
+        F = as_factored(heads)
+        heads = [F] if F.ndim == 2 else [F[h] for h in range(F.shape[0])]
+    heads = [_one_head(h) for h in heads]
     N = ids.size
     check_memory(8 * 4 * N * N, f"qk_pmi_correlation over {N} words (dense {N} x {N} blocks)")
-    if sp.issparse(ppmi):
-        P = sp.csr_array(ppmi)
-        vocab = P.shape
-    else:
-        P = to_numpy(ppmi)
-        vocab = P.shape
+    P = sp.csr_array(ppmi) if sp.issparse(ppmi) else to_numpy(ppmi)
+    vocab = P.shape
     if len(vocab) != 2 or ids.min() < 0 or ids.max() >= min(vocab):
         raise ValueError(f"word_ids must lie in [0, {min(vocab)}) for a ppmi of shape {vocab}")
-    if not (isinstance(qk, (FactoredMatrix, tuple)) or _looks_factored(qk)):
-        Q = to_numpy(qk)
-        if Q.ndim != 2:
-            raise ValueError(f"a dense qk must be 2-D (vocab, vocab), got shape {Q.shape}")
-        block = Q[np.ix_(ids, ids)]
-    else:
-        F = as_factored(qk)
-        if F.ndim != 2:
-            raise ValueError(f"qk has shape {F.shape}: pass one head (e.g. qk[h])")
-        block = F.submatrix(ids, ids)
     pblock = P[ids][:, ids].toarray() if sp.issparse(P) else P[np.ix_(ids, ids)]
     pblock = np.asarray(pblock, dtype=np.float64)
     if orientation == "key_query":
         pblock = pblock.T
     off = ~np.eye(N, dtype=bool)
-    x, y = block[off], pblock[off]
-    rho_a, p_a = _spearman(x, y)
+    y = pblock[off]
     pos = y > 0
-    rho_p, p_p = _spearman(x[pos], y[pos])
-    return PMICorrelation(rho_all=rho_a, pvalue_all=p_a, n_pairs_all=int(x.size), rho_positive=rho_p,
-                          pvalue_positive=p_p, n_pairs_positive=int(pos.sum()), n_words=int(N),
-                          orientation=orientation)
+    y_pos = y[pos]
+    ranks = {}  # the PPMI side's ranks, shared by every head
+
+    def side(key, values):
+        if key not in ranks:
+            ranks[key] = average_ranks(values) if values.size >= 3 and not np.all(values == values[0]) else None
+        return ranks[key]
+
+    out = []
+    for head in heads:
+        block = head.submatrix(ids, ids) if isinstance(head, FactoredMatrix) else head[np.ix_(ids, ids)]
+        x = np.asarray(block, dtype=np.float64)[off]
+        ry = side("all", y)
+        rho_a, p_a = spearman(x, y, ranks_y=ry) if ry is not None else (float("nan"), float("nan"))
+        ry = side("positive", y_pos)
+        rho_p, p_p = spearman(x[pos], y_pos, ranks_y=ry) if ry is not None else (float("nan"), float("nan"))
+        out.append(PMICorrelation(rho_all=rho_a, pvalue_all=p_a, n_pairs_all=int(x.size), rho_positive=rho_p,
+                                  pvalue_positive=p_p, n_pairs_positive=int(pos.sum()), n_words=int(N),
+                                  orientation=orientation))
+    return out
 
 
 def circuit_spectra(circuit, name: str = "circuit") -> list[Spectrum]:
@@ -153,13 +170,20 @@ def circuit_spectra(circuit, name: str = "circuit") -> list[Spectrum]:
     return [spectrum(F[h], name=f"{name}[{h}]") for h in range(F.shape[0])]
 
 
-def circuit_alignment(statistic, circuit, k: int, side: str = "left", **kwargs) -> list[SubspaceAlignment]:
+def circuit_alignment(statistic, circuit, k: int, side: str = "left", *, basis=None,
+                      **kwargs) -> list[SubspaceAlignment]:
     """:func:`subspace_alignment` of ``statistic`` (e.g. sparse PPMI) with each head of a
     factored circuit (n_heads, vocab, vocab). ``k`` must not exceed the head dimension. The
-    statistic's top-k vectors are computed once."""
+    statistic's top-k vectors are computed once, or passed as ``basis`` (vocab, k) =
+    ``top_singular_vectors(statistic, k, side)`` to reuse them across circuits."""
     F = as_factored(circuit)
     heads = [F] if F.ndim == 2 else [F[h] for h in range(F.shape[0])]
-    U = top_singular_vectors(statistic, k, side, **kwargs)
+    if basis is None:
+        U = top_singular_vectors(statistic, k, side, **kwargs)
+    else:
+        U = np.asarray(basis, dtype=np.float64)
+        if U.ndim != 2 or U.shape[1] != k:
+            raise ValueError(f"basis must be (n, k={k}), the statistic's top-k singular vectors; got {U.shape}")
     out = []
     for head in heads:
         V = top_singular_vectors(head, k, side)

@@ -106,15 +106,28 @@ def plot_attention_comparison(matrices: dict, path, tokens=None, *, title: str =
     vmax = max(float(m.max()) for m in mats.values()) if shared_scale else None
     axes = fig.subplots(rows, cols, squeeze=False)
     image = None
-    for ax, (name, m) in zip(axes.ravel(), mats.items()):
+    labels = [str(t) for t in tokens] if tokens is not None and R <= 40 else None
+    for k, (ax, (name, m)) in enumerate(zip(axes.ravel(), mats.items())):
         image = ax.imshow(m, cmap="viridis", vmin=0.0, vmax=vmax if shared_scale else float(m.max()),
                           interpolation="nearest")
         ax.set_title(name, fontsize=9)
-        if tokens is not None and R <= 40:
-            ax.set_xticks(range(R), [str(t) for t in tokens], rotation=90, fontsize=7)
-            ax.set_yticks(range(R), [str(t) for t in tokens], fontsize=7)
-        ax.set_xlabel("key")
-        ax.set_ylabel("query")
+        # token labels on the outer panels only (every panel shares them): text layout is
+        # most of the drawing time
+        row, col = divmod(k, cols)
+        bottom = row == rows - 1 or k + cols >= n
+        if labels is not None:
+            if bottom:
+                ax.set_xticks(range(R), labels, rotation=90, fontsize=7)
+            if col == 0:
+                ax.set_yticks(range(R), labels, fontsize=7)
+        if not bottom:
+            ax.set_xticks([])
+        if col != 0:
+            ax.set_yticks([])
+        if bottom:
+            ax.set_xlabel("key")
+        if col == 0:
+            ax.set_ylabel("query")
         if not shared_scale:
             fig.colorbar(image, ax=ax, shrink=0.8)
     for ax in axes.ravel()[n:]:

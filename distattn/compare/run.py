@@ -218,6 +218,41 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
     return json.loads((d / "analysis.json").read_text())
 
 
+class _Sections:
+    """Wall time of each analysis section, logged and kept in ``out["section_seconds"]``."""
+
+    def __init__(self, out: dict):
+        self.seconds = out.setdefault("section_seconds", {})
+        self.name, self.t = None, time.perf_counter()
+
+    def __call__(self, name: str | None):
+        now = time.perf_counter()
+        if self.name is not None:
+            self.seconds[self.name] = round(now - self.t, 3)
+            log.info("  analysis %-26s %.1fs", self.name, self.seconds[self.name])
+        self.name, self.t = name, now
+
+
+def _top_svd(X, k: int, name: str):
+    """The top-k :class:`~distattn.analysis.Spectrum` of a sparse matrix as
+    :func:`~distattn.analysis.spectrum` computes it (randomized, ``k + max(10, k // 4)`` vectors,
+    cut to k), with the singular vectors: ``(spectrum, u (n, k), vt (k, n))``, descending."""
+    import scipy.sparse as sp
+
+    from distattn.analysis import Spectrum
+    from distattn.stats.embeddings import truncated_svd
+    M = sp.csr_array(X, dtype=np.float64)
+    if k >= min(M.shape) - 1:                    # small vocabularies: all of it, densely
+        u, s, vt = np.linalg.svd(M.toarray(), full_matrices=False)
+    else:
+        extra = min(k + max(10, k // 4), min(M.shape) - 1)
+        u, s, vt = truncated_svd(M, extra, algorithm="randomized", random_state=0, dtype=np.float32)
+    order = np.argsort(-s)[:k]
+    spec = Spectrum(np.maximum(s[order], 0.0).astype(np.float64), float(np.sum(M.data ** 2)), M.shape,
+                    k < min(M.shape), name)
+    return spec, np.asarray(u[:, order], dtype=np.float64), np.asarray(vt[order], dtype=np.float64)
+
+
 def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> dict:
     """Spectra, attention-PMI correlation, agreement with baselines, graphs, kernels/CKA,
     heatmaps. Every number goes to metrics.json, every figure to figures/."""
@@ -225,19 +260,23 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
     from distattn.analysis import figures
     from distattn.analysis.circuits import circuit_alignment, circuit_spectra
     from distattn.analysis.sources import TorchModelAdapter
-    from distattn.projection import (context_matrix, corpus_position_matrix, directional_context_matrix,
-                                     directional_factors, positional_context_matrix, positional_distributions,
-                                     row_normalize, softmax_rows)
+    from distattn.projection import (CorpusPositional, context_matrix, directional_context_matrix,
+                                     directional_factors, positional_distributions, row_normalize, softmax_rows)
     fig_dir, graph_dir = run_dir / "figures", run_dir / "graphs"
     unk = data.vocab.unk_id
     words = data.vocab.itos
     out: dict = {}
     rng = np.random.default_rng(0)
+    section = _Sections(out)
 
     # ---- spectra
+    section("spectra")
     k = clamp_rank(sizes.spectrum_k, len(words))
-    specs = {"S (counts)": A.spectrum(stats.S, k, name="S"), "PPMI": A.spectrum(stats.P, k, name="PPMI"),
-             "directional PPMI": A.spectrum(stats.P_dir, k, name="directional PPMI"),
+    # one SVD per matrix: PPMI's also gives the subspace for the circuit alignment, the
+    # directional PPMI's the factors of the asymmetric prediction
+    spec_P, u_P, _ = _top_svd(stats.P, k, "PPMI")
+    spec_D, u_D, vt_D = _top_svd(stats.P_dir, k, "directional PPMI")
+    specs = {"S (counts)": A.spectrum(stats.S, k, name="S"), "PPMI": spec_P, "directional PPMI": spec_D,
              "PPMI-SVD embeddings": A.spectrum(stats.embeddings, min(k, stats.embeddings.shape[1]), algorithm="dense",
                                                name="embeddings")}
     from distattn.models import ov_circuit, qk_circuit
@@ -257,35 +296,48 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
                              title="Spectra: PPMI vs learned QK/OV circuits (head 0)", normalize=True)
 
     # ---- attention-PMI correlation and subspace alignment
+    section("attention-PMI correlation")
     word_ids = A.top_frequent_ids(stats.counts, min(sizes.top_words, len(words) - 2), exclude=(0, 1))
     corr, align = [], []
+    heads = []                                   # (model, head, one-head QK circuit), layer 0
     for name, model in lms.items():
         qk = A.as_factored(qk_circuit(model, 0))
-        n_heads = qk.left.shape[0] if qk.left.ndim == 3 else 1
-        for h in range(n_heads):
-            head = qk[h] if qk.left.ndim == 3 else qk
-            for stat_name, X, orient in (("PPMI", stats.P, "query_key"), ("directional PPMI", stats.P_dir, "key_query")):
-                c = A.qk_pmi_correlation(head, X, word_ids, orientation=orient).to_dict()
-                corr.append({"model": name, "layer": 0, "head": h, "statistic": stat_name, **c})
-        kk = min(10, qk.left.shape[-1])
-        for h, a in enumerate(circuit_alignment(stats.P, qk, kk)):
+        heads += [(name, h, qk[h]) for h in range(qk.shape[0])] if qk.ndim == 3 else [(name, 0, qk)]
+    statistics = (("PPMI", stats.P, "query_key"), ("directional PPMI", stats.P_dir, "key_query"))
+    # every head against one statistic in one call: the statistic's ranks are computed once
+    per_stat = {stat_name: A.qk_pmi_correlations([qk for _, _, qk in heads], X, word_ids, orientation=orient)
+                for stat_name, X, orient in statistics} if heads else {}
+    for i, (name, h, _) in enumerate(heads):
+        for stat_name, _, _ in statistics:
+            corr.append({"model": name, "layer": 0, "head": h, "statistic": stat_name,
+                         **per_stat[stat_name][i].to_dict()})
+    kk = min([10] + [qk.left.shape[-1] for _, _, qk in heads])
+    basis = u_P[:, :kk] if kk <= u_P.shape[1] else A.top_singular_vectors(stats.P, kk)   # PPMI's top-k subspace
+    for name, model in lms.items():
+        qk = A.as_factored(qk_circuit(model, 0))
+        for h, a in enumerate(circuit_alignment(stats.P, qk, kk, basis=basis)):
             align.append({"model": name, "head": h, "k": kk, **(a.to_dict() if hasattr(a, "to_dict") else vars(a))})
     out["attention_pmi_correlation"] = corr
     out["subspace_alignment"] = align
 
     # ---- agreement over held-out sequences (causal LMs), with baselines
+    section("agreement")
     test = data.test_neg
     lens = test.lengths
     cand = np.flatnonzero(lens >= 8)
     chosen = rng.choice(cand, size=min(sizes.analysis_seqs, len(cand)), replace=False) if len(cand) else []
     seqs = [test[i][:sizes.analysis_len] for i in chosen]
-    pi = positional_distributions(data.stat_neg, len(words), sizes.analysis_len)
-    W_Q, W_K = directional_factors(stats.P_dir, clamp_rank(sizes.asym_rank, len(words)), algorithm="randomized")
+    positional = CorpusPositional(stats.P, positional_distributions(data.stat_neg, len(words), sizes.analysis_len))
+    d_k = clamp_rank(sizes.asym_rank, len(words))
+    if d_k <= spec_D.singular_values.size:         # W_Q W_Kᵀ: the rank-d_k truncation, from the spectrum's SVD
+        root = np.sqrt(spec_D.singular_values[:d_k])
+        W_Q, W_K = u_D[:, :d_k] * root, vt_D[:d_k].T * root
+    else:
+        W_Q, W_K = directional_factors(stats.P_dir, d_k, algorithm="randomized")
 
     def projections(ids):
         M = context_matrix(ids, stats.P)
-        Pm = corpus_position_matrix(pi, ids.size)
-        c = positional_context_matrix(ids, stats.P, Pm)
+        c = positional(ids)
         return {"Norm(QSQᵀ)": row_normalize(M),
                 "positional": row_normalize(c.content_content + c.content_position + c.position_content
                                             + c.position_position),
@@ -316,6 +368,7 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
                                title=f"Agreement with {name}'s heads (mean over heads, {len(seqs)} test sequences)")
 
     # ---- heatmaps: the five examples of 000 §IV.B and two held-out reviews
+    section("heatmaps")
     examples = _seed_examples(data) + [(f"held-out review {i + 1}", data.vocab.decode(np.where(s < 0, unk, s)), s, "")
                                        for i, s in enumerate(seqs[:2])]
     clf = models.get("classifier")
@@ -345,6 +398,7 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
     out["heatmaps"] = heat
 
     # ---- graphs: one held-out sequence's attention graph, rollout/flow, and bank's PPMI senses
+    section("graphs")
     if lms and seqs:
         name, model = next(iter(lms.items()))
         s = seqs[0][:24]
@@ -369,6 +423,7 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
         out["bank_senses"] = sc.to_dict()
 
     # ---- kernels and CKA on one held-out sequence
+    section("kernels and CKA")
     if lms and seqs:
         import torch
 
@@ -391,4 +446,5 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
         names, C = A.cka_matrix(kernels)
         figures.plot_cka_matrix(names, C, fig_dir / "cka.png", title="CKA between attention kernels (one test review)")
         out["cka"] = {"names": names, "matrix": C, "psd": {n: A.psd_check(K) for n, K in kernels.items()}}
+    section(None)
     return out

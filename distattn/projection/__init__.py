@@ -31,7 +31,8 @@ from distattn.projection.multihead import (HEAD_COMBINATIONS, Head, combine_head
 from distattn.projection.nexttoken import (NextTokenReport, evaluate_next_token, fit_temperature, prediction_targets,
                                            unigram_prior)
 from distattn.projection.ngram import KneserNeyLM, UnigramLM
-from distattn.projection.positional import (PositionalContext, corpus_position_matrix, embedding_basis,
+from distattn.projection.positional import (CorpusPositional, PositionalContext, corpus_position_matrix,
+                                            embedding_basis,
                                             positional_context_matrix, positional_distributions,
                                             sinusoidal_encoding, sinusoidal_position_matrix)
 from distattn.projection.predictor import ProjectionPredictor
@@ -57,7 +58,7 @@ __all__ = [
     "context_matrices", "global_evidences", "masked_attention", *_TORCH,
     # positional
     "PositionalContext", "positional_distributions", "corpus_position_matrix", "sinusoidal_encoding",
-    "embedding_basis", "sinusoidal_position_matrix", "positional_context_matrix",
+    "embedding_basis", "sinusoidal_position_matrix", "positional_context_matrix", "CorpusPositional",
     # asymmetric, multi-head, cross
     "directional_factors", "directional_context_matrix", "factored_svd", "check_factors",
     "Head", "svd_heads", "nmf_heads", "multihead_context_matrices", "combine_heads", "multihead_evidence",

@@ -32,7 +32,7 @@ from distattn.stats.embeddings import truncated_svd
 
 __all__ = [
     "PositionalContext", "positional_distributions", "corpus_position_matrix", "sinusoidal_encoding",
-    "embedding_basis", "sinusoidal_position_matrix", "positional_context_matrix",
+    "embedding_basis", "sinusoidal_position_matrix", "positional_context_matrix", "CorpusPositional",
 ]
 
 
@@ -169,6 +169,15 @@ class PositionalContext:
                          [self.position_content, self.position_position]])
 
 
+def _spmm(A, dense: np.ndarray) -> np.ndarray:
+    """``A @ dense`` for a sparse or dense A, sparse products on all CPU threads."""
+    from distattn.stats._kernels import csr_dense_matmul
+    if not sp.issparse(A):
+        return np.asarray(A, dtype=np.float64) @ dense
+    A = sp.csr_array(A, dtype=np.float64)
+    return csr_dense_matmul(A.indptr, A.indices, A.data, dense)
+
+
 def _dense(x) -> np.ndarray:
     return x.toarray() if sp.issparse(x) else np.asarray(x)
 
@@ -204,3 +213,53 @@ def positional_context_matrix(token_ids, cooc, position_matrix, *, unk_id: int |
         position_content=PS_cols,
         position_position=_dense(PS @ P.T),
     )
+
+
+class CorpusPositional:
+    """``(Q + P) S (Q + P)ᵀ`` for many sequences with the corpus-derived P (construction (a)).
+
+    The position-only products do not depend on the sequence, so they are computed once here:
+    ``Π S`` (max_length, vocab_size), ``S Πᵀ`` (vocab_size, max_length) and ``Π S Πᵀ``
+    (max_length, max_length), where Π holds the distributions. A sequence's blocks are then
+    gathers, ``QSPᵀ[r, s] = (S Πᵀ)[id_r, s]`` and ``PSQᵀ[r, s] = (Π S)[r, id_s]`` (times λ,
+    λ²), equal to :func:`positional_context_matrix` with
+    ``corpus_position_matrix(distributions, length, scale=scale)``.
+
+    Parameters
+    ----------
+    cooc : sparse or array-like, shape (vocab_size, vocab_size)
+    distributions : sparse or array-like, shape (max_length, vocab_size)
+        From :func:`positional_distributions`.
+    scale : float > 0
+        λ.
+    """
+
+    def __init__(self, cooc, distributions, *, scale: float = 1.0):
+        S = _checks.cooc_matrix(cooc)
+        pi = sp.csr_array(distributions, dtype=np.float64)
+        if pi.ndim != 2 or pi.shape[1] != S.shape[0]:
+            raise ValueError(f"distributions must have shape (max_length, vocab_size={S.shape[0]}); got {pi.shape}")
+        self.scale = _checks.positive_float(scale, "scale")
+        check_memory(16.0 * pi.shape[0] * S.shape[0], f"the position profiles ({pi.shape[0]} x {S.shape[0]}, twice)")
+        self.cooc = S
+        self.max_length = pi.shape[0]
+        pi_t = np.ascontiguousarray(pi.T.toarray())                               # (vocab_size, max_length)
+        self.profile_positions_ = self.scale * _spmm(S, pi_t)                     # S Πᵀ, rows: words
+        self.position_profiles_ = self.scale * _spmm(sp.csr_array(S.T), pi_t).T   # Π S, rows: positions
+        self.position_position_ = self.scale * np.asarray(pi @ self.profile_positions_)   # λ² Π S Πᵀ
+
+    def __call__(self, token_ids, *, unk_id: int | None = None) -> PositionalContext:
+        """The four blocks for one sequence (at most ``max_length`` tokens)."""
+        ids = _checks.token_ids(token_ids, self.cooc.shape[0], unk_id=unk_id)
+        n = ids.size
+        if n > self.max_length:
+            raise ValueError(f"the sequence has {n} tokens; the distributions cover {self.max_length} positions "
+                             f"(recompute positional_distributions with max_length >= {n})")
+        known = ids >= 0
+        safe = np.where(known, ids, 0)
+        return PositionalContext(
+            content_content=_gather(self.cooc, ids),
+            content_position=self.profile_positions_[safe, :n] * known[:, None],
+            position_content=self.position_profiles_[:n, safe] * known[None, :],
+            position_position=self.position_position_[:n, :n].copy(),
+        )

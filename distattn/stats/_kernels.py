@@ -214,14 +214,20 @@ def pad_documents(ids, offsets, window, oov_id, drop_oov):
 
 @njit(parallel=True, fastmath=True, cache=True)
 def csr_dense_matmul(indptr, indices, data, dense):
-    """``A @ dense`` for CSR ``A`` (rows in parallel threads), in ``dense``'s dtype."""
+    """``A @ dense`` for CSR ``A`` (rows in parallel threads), in ``dense``'s dtype.
+
+    Rows are dealt round-robin to 64 interleaved chunks: numba's OpenMP layer gives each
+    thread a contiguous range of the ``prange``, and the rows of a frequency-sorted
+    vocabulary get sparser down the matrix, so contiguous ranges would be unbalanced."""
     n_rows = indptr.shape[0] - 1
     k = dense.shape[1]
     out = np.zeros((n_rows, k), dtype=dense.dtype)
-    for i in prange(n_rows):
-        for j in range(indptr[i], indptr[i + 1]):
-            col = indices[j]
-            w = data[j]
-            for t in range(k):
-                out[i, t] += w * dense[col, t]
+    n_chunks = 64
+    for c in prange(n_chunks):
+        for i in range(c, n_rows, n_chunks):
+            for j in range(indptr[i], indptr[i + 1]):
+                col = indices[j]
+                w = data[j]
+                for t in range(k):
+                    out[i, t] += w * dense[col, t]
     return out
