@@ -204,7 +204,9 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
 
     from distattn.atomic import atomic_dir
     from distattn.compare.stages import stage_dir
-    d, _ = stage_dir("analysis", {"data": data.key, "stats": stats.key, "sizes": dataclasses.asdict(sizes),
+    # "version" 2: the directional factors and the alignment basis come from the spectra's SVDs
+    d, _ = stage_dir("analysis", {"version": 2, "data": data.key, "stats": stats.key,
+                                  "sizes": dataclasses.asdict(sizes),
                                   "models": {n: m.checkpoint.parent.name for n, m in models.items()}})
     if not (cache and (d / "analysis.json").exists()):
         with atomic_dir(d) as tmp:
