@@ -30,6 +30,31 @@ def test_random_model_layer0_pattern_is_the_softmax_of_its_qk_circuit():
     assert m.ov_circuit(1).shape == (3, 20, 20)
 
 
+@pytest.mark.parametrize("kind", ["lm", "classifier", "attention_only"])
+def test_torch_adapter_patterns_equal_the_full_forward_capture(kind):
+    """The adapter runs only a model's trunk when it has one; the patterns must be those of the
+    whole forward pass (every layer and head, OOV ids mapped to oov_id)."""
+    import torch
+
+    from distattn.analysis.sources import TorchModelAdapter
+    from distattn.models import (AttentionOnlyConfig, LMConfig, ProjectionMatchedLM, TransformerClassifier,
+                                 TransformerLM, run_with_cache, seed_classifier_config)
+    torch.manual_seed(0)
+    model = {"lm": lambda: TransformerLM(LMConfig(vocab_size=50, d_model=32, n_heads=4, n_layers=2, max_len=16)),
+             "classifier": lambda: TransformerClassifier(seed_classifier_config(vocab_size=50, d_model=32, max_len=16)),
+             "attention_only": lambda: ProjectionMatchedLM(AttentionOnlyConfig(vocab_size=50, d_model=16, n_heads=2,
+                                                                                max_len=16))}[kind]()
+    ids = np.array([3, 7, -1, 12, 3, 40])
+    got = TorchModelAdapter(model, oov_id=1).patterns(ids)
+    model.eval()
+    with torch.no_grad():
+        _, cache = run_with_cache(model, torch.as_tensor(np.where(ids < 0, 1, ids))[None],
+                                  filter=lambda n: n.endswith("hook_pattern"))
+    names = sorted(cache, key=lambda n: [int(p) if p.isdigit() else p for p in n.split(".")])
+    np.testing.assert_array_equal(got, np.stack([cache[n][0].float().numpy() for n in names]))
+    assert got.shape[2:] == (6, 6) and got.shape[0] == len(names)
+
+
 def test_paper_statistics():
     cs = corpus_statistics("paper")
     assert cs.words[1] == "bank" and cs.ppmi.shape == (7, 7) and cs.directional_ppmi is None

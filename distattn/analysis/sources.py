@@ -167,12 +167,16 @@ class TorchModelAdapter:
     def patterns(self, token_ids) -> np.ndarray:
         import torch
 
-        from distattn.models import run_with_cache
+        from distattn.models.hooks import capture_hooks
         ids = np.asarray(token_ids, dtype=np.int64)
         ids = torch.as_tensor(np.where(ids < 0, self.oov_id, ids))[None]
         self.model.eval()
-        with torch.no_grad():
-            _, cache = run_with_cache(self.model, ids, filter=lambda name: name.endswith("hook_pattern"))
+        # the library's LM and classifier run every attention layer inside ``trunk``: stopping
+        # there skips the unembedding (vocab x d per token), most of an LM's forward cost
+        trunk = getattr(self.model, "trunk", None)
+        body = trunk if isinstance(trunk, torch.nn.Module) else self.model
+        with torch.no_grad(), capture_hooks(self.model, filter=lambda name: name.endswith("hook_pattern")) as cache:
+            body(ids)
         names = sorted(cache, key=lambda n: [int(p) if p.isdigit() else p for p in n.split(".")])
         return np.stack([cache[n][0].float().cpu().numpy() for n in names]).astype(np.float64)
 
