@@ -255,6 +255,17 @@ def test_qk_pmi_correlations_of_several_heads_match_scipy_and_the_one_head_call(
         assert r == qk_pmi_correlation((left[h], right[h]), P, ids, orientation="key_query")
 
 
+@pytest.mark.parametrize("algorithm,k", [("randomized", 8), ("arpack", 8), ("dense", 8), ("randomized", 39)])
+def test_spectrum_return_vectors_are_the_singular_vectors_of_its_values(algorithm, k):
+    X = sp.csr_array(_ppmi(symmetric=False, seed=3))
+    plain = spectrum(X, k, algorithm=algorithm)
+    spec, u, vt = spectrum(X, k, algorithm=algorithm, return_vectors=True)
+    np.testing.assert_allclose(spec.singular_values, plain.singular_values, rtol=1e-12)   # LAPACK with/without uv
+    assert u.shape == (40, k) and vt.shape == (k, 40)
+    np.testing.assert_allclose(u.T @ (X @ vt.T), np.diag(spec.singular_values), atol=1e-3 * spec.singular_values[0])
+    np.testing.assert_allclose(u.T @ u, np.eye(k), atol=1e-5)
+
+
 def test_average_ranks_match_scipy_rankdata():
     from scipy.stats import rankdata
     from distattn.analysis._ranks import average_ranks, spearman
@@ -264,6 +275,7 @@ def test_average_ranks_match_scipy_rankdata():
     for axis in (0, 1, 2, -1):
         np.testing.assert_array_equal(average_ranks(X, axis=axis), rankdata(X, axis=axis))
     np.testing.assert_array_equal(average_ranks(np.array([3.0])), [1.0])
+    assert average_ranks(np.zeros(0)).shape == (0,)
     assert np.isnan(spearman([1, 2, 3], [5, 5, 5])[0]) and np.isnan(spearman([1, 2], [3, 4])[0])
 
 

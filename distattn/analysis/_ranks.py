@@ -15,6 +15,8 @@ import numpy as np
 def average_ranks(X, axis: int = -1) -> np.ndarray:
     """Average ranks of ``X`` along ``axis`` (float64, same shape). X must not hold NaN."""
     X = np.asarray(X)
+    if X.size == 0:
+        return np.zeros(X.shape)
     moved = np.moveaxis(X, axis, -1)
     shape = moved.shape
     n = shape[-1] if shape else 1

@@ -117,12 +117,11 @@ def _prepare(A, mask, name: str) -> _Rows:
 def _masked_spearman(rp, rq, mask) -> np.ndarray:
     """Row-wise Pearson correlation of the rank rows ``rp``, ``rq`` over the allowed keys."""
     n = mask.sum(axis=1).astype(np.float64)
-    w = mask.astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mp = (np.where(mask, rp, 0.0)).sum(1) / n
-        mq = (np.where(mask, rq, 0.0)).sum(1) / n
-        dp = np.where(mask, rp - mp[:, None], 0.0) * w
-        dq = np.where(mask, rq - mq[:, None], 0.0) * w
+        mp = np.where(mask, rp, 0.0).sum(1) / n
+        mq = np.where(mask, rq, 0.0).sum(1) / n
+        dp = np.where(mask, rp - mp[:, None], 0.0)
+        dq = np.where(mask, rq - mq[:, None], 0.0)
         num = (dp * dq).sum(1)
         den = np.sqrt((dp ** 2).sum(1) * (dq ** 2).sum(1))
         rho = num / den
@@ -249,7 +248,7 @@ def _prepare_all(targets, predictions: dict, causal: bool, diagonal: str):
     for t in targets:
         t = to_numpy(t)
         if t.ndim != 2 or t.shape[0] != t.shape[1]:
-            raise ValueError(f"target and prediction must be (R, R) arrays of the same shape; got {t.shape}")
+            raise ValueError(f"each target must be a square (R, R) attention matrix; got shape {t.shape}")
         masks.append(allowed_keys(t.shape[0], causal, diagonal))
         T_rows.append(_prepare(t, masks[-1], "target"))
     P_rows = {}

@@ -19,8 +19,8 @@ Pairs and matching (:func:`qk_pmi_correlation`), for the top-N word ids ``w_1..w
 * two values are reported: over **all** pairs (zero-PPMI pairs included, where they form one
   large tie) and over the pairs with **PPMI > 0** only;
 * Spearman's ρ is that of ``scipy.stats.spearmanr`` (computed by :mod:`distattn.analysis._ranks`):
-  Pearson correlation of average ranks (ties get the mean of the ranks they span). ``n_pairs`` is returned with each value; ρ is NaN when one
-  side is constant or fewer than 3 pairs remain.
+  Pearson correlation of average ranks (ties get the mean of the ranks they span). ``n_pairs``
+  is returned with each value; ρ is NaN when one side is constant or fewer than 3 pairs remain.
 """
 
 from __future__ import annotations
@@ -138,21 +138,13 @@ def qk_pmi_correlations(heads, ppmi, word_ids, *, orientation: str = "query_key"
     y = pblock[off]
     pos = y > 0
     y_pos = y[pos]
-    ranks = {}  # the PPMI side's ranks, shared by every head
-
-    def side(key, values):
-        if key not in ranks:
-            ranks[key] = average_ranks(values) if values.size >= 3 and not np.all(values == values[0]) else None
-        return ranks[key]
-
+    ranks_all, ranks_pos = average_ranks(y), average_ranks(y_pos)   # the PPMI side, shared by every head
     out = []
     for head in heads:
         block = head.submatrix(ids, ids) if isinstance(head, FactoredMatrix) else head[np.ix_(ids, ids)]
         x = np.asarray(block, dtype=np.float64)[off]
-        ry = side("all", y)
-        rho_a, p_a = spearman(x, y, ranks_y=ry) if ry is not None else (float("nan"), float("nan"))
-        ry = side("positive", y_pos)
-        rho_p, p_p = spearman(x[pos], y_pos, ranks_y=ry) if ry is not None else (float("nan"), float("nan"))
+        rho_a, p_a = spearman(x, y, ranks_y=ranks_all)
+        rho_p, p_p = spearman(x[pos], y_pos, ranks_y=ranks_pos)
         out.append(PMICorrelation(rho_all=rho_a, pvalue_all=p_a, n_pairs_all=int(x.size), rho_positive=rho_p,
                                   pvalue_positive=p_p, n_pairs_positive=int(pos.sum()), n_words=int(N),
                                   orientation=orientation))

@@ -98,7 +98,7 @@ def _values(spec) -> np.ndarray:
 
 
 def spectrum(X, k: int | None = None, *, algorithm: str = "randomized", random_state=0,
-             name: str = "") -> Spectrum:
+             name: str = "", return_vectors: bool = False):
     """The singular values of ``X``.
 
     Parameters
@@ -116,9 +116,13 @@ def spectrum(X, k: int | None = None, *, algorithm: str = "randomized", random_s
         value is accurate), ``"arpack"`` (``scipy.sparse.linalg.svds``, exact to solver
         tolerance, slower) or ``"dense"`` (LAPACK on the densified matrix; memory checked).
 
+    return_vectors : bool, default False
+        Also return the singular vectors that came with the values (callers that need a
+        subspace or factors as well as the spectrum then pay for one SVD, not two).
+
     Returns
     -------
-    Spectrum
+    Spectrum, or ``(Spectrum, u (m, k), vt (k, n))`` with ``return_vectors``
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
@@ -128,10 +132,14 @@ def spectrum(X, k: int | None = None, *, algorithm: str = "randomized", random_s
             raise ValueError(f"spectrum takes one matrix; this factored matrix has shape {F.shape} — index the "
                              f"leading (head) axis first, e.g. F[h]")
         s = F.singular_values
+        n_all = len(s)
         if k is not None:
             s = s[:_check_k(k, len(s))]
-        return Spectrum(s, float(F.frobenius_sq), F.shape[-2:], k is not None and k < len(F.singular_values),
-                        name)
+        spec = Spectrum(s, float(F.frobenius_sq), F.shape[-2:], k is not None and k < n_all, name)
+        if not return_vectors:
+            return spec
+        u, _, vt = F.svd()
+        return spec, u[:, :len(s)], vt[:len(s)]
     if sp.issparse(X):
         A = sp.csr_array(X, dtype=np.float64)
         fro = float(np.sum(A.data ** 2))
@@ -151,20 +159,26 @@ def spectrum(X, k: int | None = None, *, algorithm: str = "randomized", random_s
             raise ValueError("a sparse matrix needs k (the number of top singular values), or algorithm='dense'")
         k = full
     k = _check_k(k, full)
+    u = vt = None
     if algorithm == "dense" or k >= full - 1:
         check_memory(8 * (m * n + min(m, n) ** 2), f"a dense SVD of a {m} x {n} matrix")
         dense = A.toarray() if sp.issparse(A) else A
-        s = np.linalg.svd(dense, compute_uv=False)[:k]
+        if return_vectors:
+            u, s, vt = np.linalg.svd(dense, full_matrices=False)
+        else:
+            s = np.linalg.svd(dense, compute_uv=False)
     else:
         from distattn.stats.embeddings import truncated_svd
         if algorithm == "randomized":
             extra = min(k + max(10, k // 4), full - 1)
-            _, s, _ = truncated_svd(A, extra, algorithm="randomized", random_state=random_state, dtype=np.float32)
-            s = s[:k]
+            u, s, vt = truncated_svd(A, extra, algorithm="randomized", random_state=random_state, dtype=np.float32)
         else:
-            _, s, _ = truncated_svd(A, k, algorithm="arpack", random_state=random_state)
-    s = np.sort(np.maximum(s, 0.0))[::-1]
-    return Spectrum(s, fro, (m, n), k < full, name)
+            u, s, vt = truncated_svd(A, k, algorithm="arpack", random_state=random_state)
+    order = np.argsort(-s, kind="stable")[:k]
+    spec = Spectrum(np.maximum(s[order], 0.0), fro, (m, n), k < full, name)
+    if not return_vectors:
+        return spec
+    return spec, np.asarray(u[:, order], dtype=np.float64), np.asarray(vt[order], dtype=np.float64)
 
 
 def effective_rank(spec) -> float:

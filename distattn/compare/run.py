@@ -235,26 +235,6 @@ class _Sections:
         self.name, self.t = name, now
 
 
-def _top_svd(X, k: int, name: str):
-    """The top-k :class:`~distattn.analysis.Spectrum` of a sparse matrix as
-    :func:`~distattn.analysis.spectrum` computes it (randomized, ``k + max(10, k // 4)`` vectors,
-    cut to k), with the singular vectors: ``(spectrum, u (n, k), vt (k, n))``, descending."""
-    import scipy.sparse as sp
-
-    from distattn.analysis import Spectrum
-    from distattn.stats.embeddings import truncated_svd
-    M = sp.csr_array(X, dtype=np.float64)
-    if k >= min(M.shape) - 1:                    # small vocabularies: all of it, densely
-        u, s, vt = np.linalg.svd(M.toarray(), full_matrices=False)
-    else:
-        extra = min(k + max(10, k // 4), min(M.shape) - 1)
-        u, s, vt = truncated_svd(M, extra, algorithm="randomized", random_state=0, dtype=np.float32)
-    order = np.argsort(-s)[:k]
-    spec = Spectrum(np.maximum(s[order], 0.0).astype(np.float64), float(np.sum(M.data ** 2)), M.shape,
-                    k < min(M.shape), name)
-    return spec, np.asarray(u[:, order], dtype=np.float64), np.asarray(vt[order], dtype=np.float64)
-
-
 def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> dict:
     """Spectra, attention-PMI correlation, agreement with baselines, graphs, kernels/CKA,
     heatmaps. Every number goes to metrics.json, every figure to figures/."""
@@ -276,8 +256,8 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
     k = clamp_rank(sizes.spectrum_k, len(words))
     # one SVD per matrix: PPMI's also gives the subspace for the circuit alignment, the
     # directional PPMI's the factors of the asymmetric prediction
-    spec_P, u_P, _ = _top_svd(stats.P, k, "PPMI")
-    spec_D, u_D, vt_D = _top_svd(stats.P_dir, k, "directional PPMI")
+    spec_P, u_P, _ = A.spectrum(stats.P, k, name="PPMI", return_vectors=True)
+    spec_D, u_D, vt_D = A.spectrum(stats.P_dir, k, name="directional PPMI", return_vectors=True)
     specs = {"S (counts)": A.spectrum(stats.S, k, name="S"), "PPMI": spec_P, "directional PPMI": spec_D,
              "PPMI-SVD embeddings": A.spectrum(stats.embeddings, min(k, stats.embeddings.shape[1]), algorithm="dense",
                                                name="embeddings")}
@@ -301,10 +281,8 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
     section("attention-PMI correlation")
     word_ids = A.top_frequent_ids(stats.counts, min(sizes.top_words, len(words) - 2), exclude=(0, 1))
     corr, align = [], []
-    heads = []                                   # (model, head, one-head QK circuit), layer 0
-    for name, model in lms.items():
-        qk = A.as_factored(qk_circuit(model, 0))
-        heads += [(name, h, qk[h]) for h in range(qk.shape[0])] if qk.ndim == 3 else [(name, 0, qk)]
+    circuits = {name: A.as_factored(qk_circuit(model, 0)) for name, model in lms.items()}   # layer 0
+    heads = [(name, h, qk[h]) for name, qk in circuits.items() for h in range(qk.shape[0])]  # (n_heads, V, V)
     statistics = (("PPMI", stats.P, "query_key"), ("directional PPMI", stats.P_dir, "key_query"))
     # every head against one statistic in one call: the statistic's ranks are computed once
     per_stat = {stat_name: A.qk_pmi_correlations([qk for _, _, qk in heads], X, word_ids, orientation=orient)
@@ -315,8 +293,7 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
                          **per_stat[stat_name][i].to_dict()})
     kk = min([10] + [qk.left.shape[-1] for _, _, qk in heads])
     basis = u_P[:, :kk] if kk <= u_P.shape[1] else A.top_singular_vectors(stats.P, kk)   # PPMI's top-k subspace
-    for name, model in lms.items():
-        qk = A.as_factored(qk_circuit(model, 0))
+    for name, qk in circuits.items():
         for h, a in enumerate(circuit_alignment(stats.P, qk, kk, basis=basis)):
             align.append({"model": name, "head": h, "k": kk, **(a.to_dict() if hasattr(a, "to_dict") else vars(a))})
     out["attention_pmi_correlation"] = corr

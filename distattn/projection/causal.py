@@ -240,7 +240,7 @@ def _lane_max(typingctx, Fb, D, k0, k1, m):
 def _lane_scores(typingctx, Fb, D, n, m, sc, tu, total, cnt):
     """Per lane c, with ``u[k] = float32(Fb[k] - m[c]) + D[k*16 + c]``:
     ``total[c] = Σ_k exp(u[k] * sc[c])`` (the float32 exp of
-    :func:`~distattn.projection._scoring.exp_neg`, 8-wide, summed in float64) and
+    :func:`~distattn.projection._scoring._exp_into`, 8-wide, summed in float64) and
     ``cnt[c] = #{k : u[k] >= tu[c]}``, in one pass over ``k < n``. The same pass carries the
     block's evidence to the next: ``Fb[k] += D[k*16 + 15]`` and ``D[k*16 : k*16+16] = 0``,
     which saves the kernel a separate pass."""
@@ -428,7 +428,8 @@ def _causal_document(ids, start, stop, indptr, indices, data, data32, col_starts
             for sl in range(n_slots):
                 v = slot_v[sl]
                 _scatter(D, indices, data32, col_starts[v, cb], col_starts[v, cb + 1], wts, sl * L)
-            _lane_max(Fb, D, k0, k1, m)
+            if any_target and not with_prior:    # the lanes' maxima, while the block is in cache
+                _lane_max(Fb, D, k0, k1, m)
         carried = False
         if not any_target:
             continue

@@ -28,6 +28,7 @@ import scipy.sparse as sp
 from distattn.memory import check_memory
 from distattn.projection import _checks
 from distattn.projection.core import _gather, _profiles
+from distattn.stats._kernels import csr_dense_matmul
 from distattn.stats.embeddings import truncated_svd
 
 __all__ = [
@@ -169,15 +170,6 @@ class PositionalContext:
                          [self.position_content, self.position_position]])
 
 
-def _spmm(A, dense: np.ndarray) -> np.ndarray:
-    """``A @ dense`` for a sparse or dense A, sparse products on all CPU threads."""
-    from distattn.stats._kernels import csr_dense_matmul
-    if not sp.issparse(A):
-        return np.asarray(A, dtype=np.float64) @ dense
-    A = sp.csr_array(A, dtype=np.float64)
-    return csr_dense_matmul(A.indptr, A.indices, A.data, dense)
-
-
 def _dense(x) -> np.ndarray:
     return x.toarray() if sp.issparse(x) else np.asarray(x)
 
@@ -244,8 +236,10 @@ class CorpusPositional:
         self.cooc = S
         self.max_length = pi.shape[0]
         pi_t = np.ascontiguousarray(pi.T.toarray())                               # (vocab_size, max_length)
-        self.profile_positions_ = self.scale * _spmm(S, pi_t)                     # S Πᵀ, rows: words
-        self.position_profiles_ = self.scale * _spmm(sp.csr_array(S.T), pi_t).T   # Π S, rows: positions
+        St = sp.csr_array(S.T)
+        # sparse x dense on all CPU threads (scipy's product is single-threaded)
+        self.profile_positions_ = self.scale * csr_dense_matmul(S.indptr, S.indices, S.data, pi_t)       # S Πᵀ
+        self.position_profiles_ = self.scale * csr_dense_matmul(St.indptr, St.indices, St.data, pi_t).T  # Π S
         self.position_position_ = self.scale * np.asarray(pi @ self.profile_positions_)   # λ² Π S Πᵀ
 
     def __call__(self, token_ids, *, unk_id: int | None = None) -> PositionalContext:
