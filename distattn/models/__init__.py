@@ -8,6 +8,7 @@
 * :class:`TransformerClassifier` — the seed IMDB classifier (and its pretrained kin);
 * :class:`ProjectionMatchedLM` — one attention-only layer, the learned mirror of ``E = M(QS)``;
 * :class:`TransformerLM` — a small GPT-style causal stack;
+* :class:`MaskedLM` — a bidirectional masked LM, for self-pretraining a classifier's trunk;
 * :func:`qk_circuit`, :func:`ov_circuit` — vocabulary-space circuits as :class:`FactoredMatrix`.
 """
 
@@ -24,17 +25,18 @@ from distattn.models.classifier import ClassifierConfig, TransformerClassifier, 
 from distattn.models.hooks import HookPoint, capture_hooks, hook_points, run_with_cache
 from distattn.models.lm import (IGNORE_INDEX, AttentionOnlyConfig, LMConfig, ProjectionMatchedLM, TransformerLM,
                                 lm_loss)
+from distattn.models.mlm import MaskedLM, MaskedLMConfig
 from distattn.models.positional import POSITIONAL, sinusoidal_table
 from distattn.models.transformer import Transformer, TransformerConfig, config_diff
 
 CONFIG_TYPES = {"TransformerConfig": TransformerConfig, "ClassifierConfig": ClassifierConfig,
-                "LMConfig": LMConfig, "AttentionOnlyConfig": AttentionOnlyConfig}
-MODEL_TYPES = {ClassifierConfig: TransformerClassifier, LMConfig: TransformerLM,
+                "LMConfig": LMConfig, "AttentionOnlyConfig": AttentionOnlyConfig, "MaskedLMConfig": MaskedLMConfig}
+MODEL_TYPES = {ClassifierConfig: TransformerClassifier, LMConfig: TransformerLM, MaskedLMConfig: MaskedLM,
                AttentionOnlyConfig: ProjectionMatchedLM, TransformerConfig: Transformer}
 
 __all__ = [
     "TransformerConfig", "ClassifierConfig", "LMConfig", "AttentionOnlyConfig", "Transformer",
-    "TransformerClassifier", "TransformerLM", "ProjectionMatchedLM", "MultiHeadSelfAttention",
+    "TransformerClassifier", "TransformerLM", "ProjectionMatchedLM", "MaskedLM", "MaskedLMConfig", "MultiHeadSelfAttention",
     "seed_classifier_config", "HookPoint", "hook_points", "capture_hooks", "run_with_cache", "FactoredMatrix",
     "qk_circuit", "ov_circuit", "attention_layers", "embedding_weight", "unembedding_weight", "lm_loss",
     "IGNORE_INDEX", "POSITIONAL", "sinusoidal_table", "build_model", "config_from_dict", "config_diff",

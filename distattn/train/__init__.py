@@ -8,6 +8,7 @@
   cosine, clipping, checkpoints with exact resume, per-epoch JSON metrics, torchrun DDP);
 * :class:`ClassificationData`, :class:`LMData` — batches from encoded corpora;
 * :class:`ClassificationTask`, :class:`LMTask` — losses and per-epoch evaluation;
+* :class:`MaskedLMData`, :class:`MaskedLMTask` — masked-LM self-pretraining (dynamic 80/10/10 masks);
 * :func:`evaluate_lm`, :class:`NextTokenScorer` — LMs under the shared next-token metric;
 * :mod:`distattn.train.recipes` — the seed-faithful classifier and the IMDB recipes.
 """
@@ -16,9 +17,10 @@ from distattn.train.data import TRUNCATIONS, ClassificationData, LMData, as_ragg
 from distattn.train.engine import (CheckpointMismatchError, TrainConfig, Trainer, load_checkpoint, load_model,
                                    lr_factor, pick_device, save_model, seed_everything, setup_distributed)
 from distattn.train.lm_eval import NextTokenScorer, evaluate_lm
+from distattn.train.masking import MaskedLMData, MaskedLMTask
 from distattn.train.tasks import ClassificationTask, LMTask, to_device
 
 __all__ = ["ClassificationData", "LMData", "epoch_plan", "as_ragged", "TRUNCATIONS", "TrainConfig", "Trainer",
            "CheckpointMismatchError", "load_checkpoint", "load_model", "save_model", "lr_factor", "pick_device",
            "seed_everything", "setup_distributed", "NextTokenScorer", "evaluate_lm", "ClassificationTask",
-           "LMTask", "to_device"]
+           "LMTask", "to_device", "MaskedLMData", "MaskedLMTask"]

@@ -29,6 +29,22 @@ def as_ragged(docs) -> RaggedIds:
                     f"{type(docs).__name__}")
 
 
+def _check_seq_len(seq_len) -> None:
+    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
+        raise ValueError(f"seq_len must be an integer >= 1; got {seq_len!r}")
+
+
+def packed_stream(ragged: RaggedIds, bos_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """``[bos] doc_0 [bos] doc_1 ...`` as one int32 array, and the mask of its ``bos`` slots."""
+    stream = np.empty(ragged.n_tokens + len(ragged), dtype=np.int32)
+    starts = ragged.offsets[:-1] + np.arange(len(ragged))
+    is_bos = np.zeros(len(stream), dtype=bool)
+    is_bos[starts] = True
+    stream[is_bos] = bos_id
+    stream[~is_bos] = ragged.ids
+    return stream, is_bos
+
+
 def _check_ids(ids: np.ndarray, vocab_size: int | None, what: str) -> None:
     if ids.size == 0:
         return
@@ -165,15 +181,9 @@ class LMData:
     def __init__(self, docs, *, seq_len: int, bos_id: int = 0, oov_id: int | None = None,
                  vocab_size: int | None = None):
         ragged = as_ragged(docs)
-        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-            raise ValueError(f"seq_len must be an integer >= 1; got {seq_len!r}")
+        _check_seq_len(seq_len)
         lengths = ragged.lengths
-        stream = np.empty(ragged.n_tokens + len(ragged), dtype=np.int32)
-        starts = ragged.offsets[:-1] + np.arange(len(ragged))
-        is_bos = np.zeros(len(stream), dtype=bool)
-        is_bos[starts] = True
-        stream[is_bos] = bos_id
-        stream[~is_bos] = ragged.ids
+        stream, _ = packed_stream(ragged, bos_id)
         self.targets_stream = stream.copy()
         if oov_id is not None:
             stream[stream < 0] = oov_id

@@ -41,6 +41,9 @@ class NextTokenScorer:
 
     def __init__(self, model, *, bos_id: int = 0, oov_id: int = 1, stride: int | None = None, batch_size: int = 64,
                  device=None, precision: str = "fp32"):
+        if not getattr(model.config, "causal", True):
+            raise ValueError(f"next-token scoring needs a causal model; {type(model).__name__} has causal=False "
+                             f"(a bidirectional model sees the token it would predict)")
         self.model = model
         self.max_len = int(model.config.max_len)
         self.vocab_size = int(model.config.vocab_size)
