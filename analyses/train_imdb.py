@@ -2,11 +2,14 @@
 
     python analyses/train_imdb.py seed --out runs/seed            # the seed-faithful classifier (train → test)
     python analyses/train_imdb.py lm --out runs/lm --positional rope --layers 2
+    python analyses/train_imdb.py mlm --out runs/mlm --max-len 512  # masked-LM self-pretraining on train+unsup,
+                                                                    # then a classifier fine-tuned on train → test
     torchrun --nproc_per_node 2 analyses/train_imdb.py lm --out runs/lm_ddp     # DDP (nccl / gloo)
 
 Data: ``DISTATTN_DATA_DIR`` holding ``aclImdb_v1.tar.gz``; the vocabulary is the 30k most frequent
 words of the train split (``<pad>`` 0, ``<unk>`` 1). Metrics go to ``OUT/metrics.json`` at each epoch;
-re-running the same command resumes from ``OUT/checkpoint.pt``.
+re-running the same command resumes from ``OUT/checkpoint.pt`` (``mlm``: ``OUT/pretrain/`` and
+``OUT/finetune/``).
 """
 
 from __future__ import annotations
@@ -16,20 +19,25 @@ import json
 
 from distattn.atomic import write_json
 from distattn.corpus import get_corpus, tokenize_corpus
-from distattn.models import LMConfig, TransformerClassifier, TransformerLM, seed_classifier_config
-from distattn.train import (ClassificationData, ClassificationTask, LMData, LMTask, Trainer, evaluate_lm,
-                            seed_everything, setup_distributed)
-from distattn.train.recipes import lm_train_config, seed_train_config
+from distattn.models import (LMConfig, MaskedLM, MaskedLMConfig, TransformerClassifier, TransformerLM,
+                             seed_classifier_config)
+from distattn.train import (ClassificationData, ClassificationTask, LMData, LMTask, MaskedLMData, MaskedLMTask, Trainer,
+                            evaluate_lm, seed_everything, setup_distributed)
+from distattn.train.recipes import classifier_from_lm, finetune_config, lm_train_config, seed_train_config
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("seed", "lm"))
+    ap.add_argument("what", choices=("seed", "lm", "mlm"))
     ap.add_argument("--out", required=True)
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--d-model", type=int, default=512)
     ap.add_argument("--positional", default="learned")
+    ap.add_argument("--max-len", type=int, default=256, help="context of the LMs (lm, mlm) and of the fine-tuned "
+                                                              "classifier (mlm)")
+    ap.add_argument("--batch-size", type=int, default=None, help="default: the recipe's (seed 64, lm 128, mlm 64)")
+    ap.add_argument("--finetune-epochs", type=int, default=4, help="mlm: classifier epochs after pretraining")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-steps", type=int, default=None)
@@ -43,22 +51,40 @@ def main():
         return split.sample(min(args.limit_docs, len(split)), seed=0) if args.limit_docs else split
 
     train, test = part("train").encode(vocab), part("test").encode(vocab)
+    batch = {"batch_size": args.batch_size} if args.batch_size else {}
     seed_everything(args.seed)
     if args.what == "seed":
         model = TransformerClassifier(seed_classifier_config(vocab_size=len(vocab)))
         task = ClassificationTask(ClassificationData(train, max_len=256), {"test": ClassificationData(test, max_len=256)})
         cfg = seed_train_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps,
-                                **({"epochs": args.epochs} if args.epochs else {}))
+                                **({"epochs": args.epochs} if args.epochs else {}), **batch)
         result = Trainer(model, task, cfg, out_dir=args.out).fit()
         print(json.dumps(result["history"][-1]["eval"], indent=1))
         return
-    lm_cfg = LMConfig(vocab_size=len(vocab), d_model=args.d_model, n_layers=args.layers, positional=args.positional,
-                      n_heads=max(1, args.d_model // 64))
+    shape = dict(d_model=args.d_model, n_layers=args.layers, positional=args.positional,
+                 n_heads=max(1, args.d_model // 64), max_len=args.max_len)
+    if args.what == "mlm":
+        mlm_cfg = MaskedLMConfig(vocab_size=len(vocab) + 1, **shape)          # + [MASK], the last id
+        model = MaskedLM(mlm_cfg)
+        data = MaskedLMData(part("train+unsup").encode(vocab), seq_len=args.max_len, mask_id=mlm_cfg.mask_token)
+        cfg = lm_train_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps,
+                              **({"epochs": args.epochs} if args.epochs else {}), **(batch or {"batch_size": 64}))
+        Trainer(model, MaskedLMTask(data), cfg, out_dir=f"{args.out}/pretrain").fit()
+        clf = TransformerClassifier(classifier_from_lm(mlm_cfg))
+        clf.load_trunk(model)
+        task = ClassificationTask(ClassificationData(train, max_len=args.max_len),
+                                  {"test": ClassificationData(test, max_len=args.max_len)}, length_grouping=20)
+        cfg = finetune_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps,
+                              epochs=args.finetune_epochs, **batch)
+        result = Trainer(clf, task, cfg, out_dir=f"{args.out}/finetune").fit()
+        print(json.dumps(result["history"][-1]["eval"], indent=1))
+        return
+    lm_cfg = LMConfig(vocab_size=len(vocab), **shape)
     model = TransformerLM(lm_cfg)
     stream = LMData(part("train+unsup").encode(vocab), seq_len=lm_cfg.max_len)
     task = LMTask(stream, {"test": LMData(test, seq_len=lm_cfg.max_len)}, max_eval_sequences=512)
     cfg = lm_train_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps,
-                          **({"epochs": args.epochs} if args.epochs else {}))
+                          **({"epochs": args.epochs} if args.epochs else {}), **batch)
     Trainer(model, task, cfg, out_dir=args.out).fit()
     rank, _, _ = setup_distributed()
     if rank == 0:
