@@ -55,3 +55,28 @@ def test_train_imdb_recipes_run_and_resume(what, imdb_archive, shared_cache, tmp
         after = json.loads((d / "metrics.json").read_text())["summary"]
         assert after["steps"] == before[d]["steps"] and after["tokens"] == before[d]["tokens"]
         assert before[d]["steady_tokens_per_s"] is not None and after["steady_tokens_per_s"] is None
+
+
+def test_split_effect_proxy_runs_on_a_slice(imdb_archive, tmp_path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("split_effect", REPO / "analyses" / "split_effect.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.main(["--limit-docs", "600", "--data-dir", str(imdb_archive.parent), "--json", str(tmp_path / "t.json")])
+    assert len(rows) == 6 and {r["tokenizer"] for r in rows} == {"toolkit", "seed-literal"}
+    for r in rows:
+        assert r["n_train"] + r["n_test"] == 600 and 0.5 < r["accuracy"] <= 1.0   # 600 reviews: better than chance
+    assert json.loads((tmp_path / "t.json").read_text())["rows"] == rows
+
+
+def test_bag_of_words_is_binary_and_drops_oov():
+    import importlib.util
+    from distattn.corpus.ragged import RaggedIds
+    spec = importlib.util.spec_from_file_location("split_effect", REPO / "analyses" / "split_effect.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    class Enc:
+        tokens = RaggedIds.from_sequences([[0, 2, 2, -1], [], [1, 1]])
+    X = mod.bag_of_words(Enc(), 3).toarray()
+    assert X.tolist() == [[1, 0, 1], [0, 0, 0], [0, 1, 0]]

@@ -158,3 +158,18 @@ def test_registry():
     assert {"imdb", "text", "paper"} <= set(names)
     with pytest.raises(UnknownCorpusError, match="unknown corpus 'imbd'; valid names: imdb, paper, text"):
         get_corpus("imbd")
+
+
+def test_seed_literal_tokenizer_is_the_printed_code():
+    from distattn.corpus import SeedLiteralTokenizer, tokenize_corpus
+    tok = SeedLiteralTokenizer()
+    # only the first character is cleaned (the printed regex is anchored); punctuation stays attached
+    assert tok('"Great!" film.<br /><br />I LOVED it, truly... 10/10') == \
+        ['great!"', 'film.', 'i', 'loved', 'it,', 'truly...', '10/10']
+    assert tok("  ...and") == ["...and"] and tok("...and") == ["..and"]
+    assert tok.config() != RegexTokenizer().config()
+    tc = tokenize_corpus([Document("Bad, bad film!"), Document("<br />Good film.")], tokenizer=tok, cache=None)
+    vocab = tc.vocabulary()
+    enc = tc.encode(vocab)
+    docs = [[vocab.itos[i] for i in enc.tokens.ids[a:b]] for a, b in zip(enc.tokens.offsets[:-1], enc.tokens.offsets[1:])]
+    assert docs == [["bad,", "bad", "film!"], ["good", "film."]]

@@ -85,6 +85,28 @@ class WhitespaceTokenizer:
         return (text.lower() if self.lowercase else text).split()
 
 
+class SeedLiteralTokenizer:
+    """The seed's ``simple_tokenize`` exactly as printed (000_48942d33924f2728.txt, section III.B):
+    lowercase, ``<br />`` → space, ``re.sub(r"^[^a-z0-9\\s]", " ", text)`` (the anchor makes it
+    touch only the first character), then ``split()``. Punctuation stays attached (``"great!"``).
+
+    For reproducing the seed to the letter; :class:`RegexTokenizer` (the default) implements the
+    evident intent instead.
+    """
+
+    _FIRST = re.compile(r"^[^a-z0-9\s]")
+
+    def config(self) -> dict:
+        return {"kind": "seed-literal"}
+
+    def __repr__(self) -> str:
+        return "SeedLiteralTokenizer()"
+
+    def __call__(self, text: str) -> list[str]:
+        text = text.lower().replace("<br />", " ")
+        return self._FIRST.sub(" ", text).split()
+
+
 def default_tokenizer() -> RegexTokenizer:
     """The seed tokenizer."""
     return RegexTokenizer()
