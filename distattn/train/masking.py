@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from distattn.train.data import _check_ids, _check_seq_len, as_ragged, epoch_plan, packed_stream
-from distattn.train.tasks import to_device
+from distattn.train.tasks import LMTask, to_device
 
 __all__ = ["MaskedLMData", "MaskedLMTask", "hashed_uniform"]
 
@@ -110,21 +110,12 @@ class MaskedLMData:
                 "targets": torch.from_numpy(targets.astype(np.int64)), "n_tokens": int(index.size * T)}
 
 
-class MaskedLMTask:
+class MaskedLMTask(LMTask):
     """Masked-token recovery with :class:`~distattn.models.MaskedLM`. Evaluation (epoch-0 masks, at
     most ``max_eval_sequences`` sequences per set): mean loss, perplexity and top-1 accuracy over
     the masked tokens."""
 
-    def __init__(self, train: MaskedLMData, eval_sets: dict | None = None, *, eval_batch_size: int = 64,
-                 max_eval_sequences: int | None = 2048):
-        self.train = train
-        self.eval_sets = dict(eval_sets or {})
-        self.eval_batch_size = eval_batch_size
-        self.max_eval_sequences = max_eval_sequences
-
-    def fingerprint(self) -> dict:
-        return {"task": "mlm", "train": self.train.fingerprint(),
-                "eval": {k: v.fingerprint() for k, v in self.eval_sets.items()}}
+    kind = "mlm"
 
     def plan(self, batch_size, epoch, seed, rank=0, world=1):
         # the epoch travels inside the indices (epoch · n + i), so make_batch can draw its masks

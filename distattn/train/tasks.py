@@ -81,6 +81,8 @@ class LMTask:
     """Next-token prediction: ``model(ids, targets) -> (logits, loss)``. Evaluation: mean loss and
     perplexity on each eval set (at most ``max_eval_sequences`` sequences of each)."""
 
+    kind = "lm"
+
     def __init__(self, train: LMData, eval_sets: dict | None = None, *, eval_batch_size: int = 64,
                  max_eval_sequences: int | None = 2048):
         self.train = train
@@ -89,7 +91,7 @@ class LMTask:
         self.max_eval_sequences = max_eval_sequences
 
     def fingerprint(self) -> dict:
-        return {"task": "lm", "train": self.train.fingerprint(),
+        return {"task": self.kind, "train": self.train.fingerprint(),
                 "eval": {k: v.fingerprint() for k, v in self.eval_sets.items()}}
 
     def plan(self, batch_size, epoch, seed, rank=0, world=1):
