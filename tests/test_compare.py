@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -51,8 +52,8 @@ def test_text_corpus_run_then_warm_rerun(tmp_path, capsys):
     first = next((tmp_path / "runs").iterdir())
     for name in ("config.json", "metrics.json", "report.html"):
         assert (first / name).exists()
-    assert {p.name for p in (first / "checkpoints").iterdir()} == {"classifier.pt", "attention_only_lm.pt",
-                                                                   "transformer_lm.pt"}
+    assert {p.name for p in (first / "checkpoints").iterdir()} == {"classifier.pt", "classifier_best.pt",
+                                                                   "attention_only_lm.pt", "transformer_lm.pt"}
     assert list((first / "graphs").glob("*.graphml")) and len(list((first / "figures").glob("*.png"))) >= 8
     metrics = json.loads((first / "metrics.json").read_text())
     keys = [r["key"] for r in metrics["next_token"]]
@@ -60,15 +61,22 @@ def test_text_corpus_run_then_warm_rerun(tmp_path, capsys):
     positions = {r["positions"] for r in metrics["next_token"]}
     assert len(positions) == 1                      # every row scored on the same test positions
     assert 0.0 <= metrics["classifier"]["test_accuracy"] <= 1.0
+    best = metrics["classifier_best"]
+    assert 0.0 <= best["test_accuracy"] <= 1.0 and 0.0 <= best["val_accuracy"] <= 1.0
+    assert 1 <= best["best_epoch"] <= 2 and best["val_docs"] >= 2     # quick profile: 2 epochs
+    assert "PPMI-SVD" in (first / "report.html").read_text()
     config = json.loads((first / "config.json").read_text())
     assert config["seed"] == 0 and config["profile"] == "quick" and "torch" in config["versions"]
-    # second run: every stage from the cache
+    # second run: every stage from the cache, so the cache directory is left exactly as it was
+    cache = Path(os.environ["DISTATTN_CACHE_DIR"])
+    snapshot = lambda: {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+    before = snapshot()
+    assert any(p.name == "model.pt" for p in before) and any("train-classifier_best" in str(p) for p in before)
     code, out, err = run_cli(args, capsys)
     assert code == 0, err
     second = max((tmp_path / "runs").iterdir(), key=lambda p: p.stat().st_mtime_ns)
     assert second != first
-    t = json.loads((second / "metrics.json").read_text())["timings_s"]
-    assert t["models"] < 5 and t["analysis"] < 5 and t["projection"] < 1
+    assert snapshot() == before                      # nothing recomputed, nothing rewritten
     m2 = json.loads((second / "metrics.json").read_text())
     assert m2["next_token"] == metrics["next_token"]
 
@@ -164,3 +172,12 @@ def test_lm_targets_are_never_unk(tmp_path):
     batch = lm.batch(np.arange(len(lm)))
     assert (batch["targets"] == data.vocab.unk_id).sum() == 0 and (batch["targets"] == -1).sum() > 0
     assert (batch["ids"] == data.vocab.unk_id).sum() > 0
+
+
+def test_ppmi_svd_init_takes_leading_components_or_pads():
+    import numpy as np
+    from distattn.compare.stages import ppmi_svd_init
+    emb = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert np.array_equal(ppmi_svd_init(emb, 2), emb[:, :2])
+    wide = ppmi_svd_init(emb, 6)
+    assert wide.shape == (3, 6) and np.array_equal(wide[:, :4], emb) and not wide[:, 4:].any()

@@ -109,6 +109,14 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
                                      "train_seconds": models["classifier"].metrics.get("train_seconds"),
                                      "config": "seed architecture (000_48942d33924f2728.txt)"
                                                + ("" if profile == "full" else ", scaled down for the quick profile")}
+        if "classifier_best" in models:
+            m = models["classifier_best"].metrics
+            metrics["classifier_best"] = {
+                k: m.get(k) for k in ("test_accuracy", "val_accuracy", "best_epoch", "train_seconds", "val_docs",
+                                      "train_docs")}
+            metrics["classifier_best"]["config"] = (
+                "seed architecture, token embeddings initialised from this run's PPMI-SVD vectors; epoch "
+                f"{m.get('best_epoch')} picked on {m.get('val_docs')} held-out train reviews")
         for name, m in models.items():
             dst = run_dir / "checkpoints" / f"{name}.pt"
             try:

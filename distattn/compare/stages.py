@@ -258,8 +258,10 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     d.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
     result = Trainer(model, task, train_cfg, out_dir=d).fit()
+    if train_cfg.save_best and (d / "best.pt").exists():      # keep the weights the metrics were selected on
+        load_model(d / "best.pt", model)
     metrics = {"train_seconds": time.perf_counter() - t, "summary": result.get("summary", {}),
-               "history": result.get("history", [])}
+               "history": result.get("history", []), "best": result.get("best")}
     if evaluate is not None:
         metrics.update(evaluate(model))
     save_model(model, d / "model.pt")
@@ -272,10 +274,51 @@ def _batch(wanted: int, n_items: int) -> int:
     return max(1, min(wanted, n_items // 2))
 
 
+def ppmi_svd_init(embeddings: np.ndarray, d_model: int) -> np.ndarray:
+    """The statistics stage's PPMI-SVD vectors as a (vocab, d_model) embedding init: the leading
+    ``d_model`` components, or all of them followed by zero columns when there are fewer."""
+    v = np.zeros((embeddings.shape[0], d_model), dtype=np.float32)
+    k = min(d_model, embeddings.shape[1])
+    v[:, :k] = embeddings[:, :k]
+    return v
+
+
+def _best_classifier(data: Data, stats: Stats, sizes, mcfg, device, seed: int, common: dict, cache: bool,
+                     progress: bool) -> Trained:
+    """The best recipe that fits a profile's time: the seed architecture with its token embeddings
+    initialised from this run's PPMI-SVD vectors (statistics of train+unsup, never test), the epoch
+    picked on reviews held out of the classifier's training set. (Self-pretraining as a causal or
+    masked LM does better but takes minutes on a GPU: see ``benchmarks/bench_models.py``.)"""
+    from distattn.models import TransformerClassifier, load_embeddings
+    from distattn.train import ClassificationData, ClassificationTask, seed_everything
+    from distattn.train.recipes import seed_train_config
+    n = len(data.clf_train)
+    n_val = max(2, min(2_500, n // 10))
+    perm = np.random.default_rng([seed, 7]).permutation(n)
+    tr, va = np.sort(perm[n_val:]), np.sort(perm[:n_val])
+    enc, labels = data.clf_train.tokens, data.clf_train.labels
+    train = ClassificationData(enc.take(tr), labels[tr], max_len=mcfg.max_len)
+    evals = {"val": ClassificationData(enc.take(va), labels[va], max_len=mcfg.max_len),
+             "test": ClassificationData(data.clf_test.tokens, data.clf_test.labels, max_len=mcfg.max_len)}
+    seed_everything(seed)
+    model = load_embeddings(TransformerClassifier(mcfg), ppmi_svd_init(stats.embeddings, mcfg.d_model))
+    tcfg = seed_train_config(epochs=sizes.clf_epochs, progress=progress, device=device.type, seed=seed,
+                             checkpoint_every=50, batch_size=_batch(64, len(train)), lr=sizes.clf_lr,
+                             select_on="val/accuracy", save_best=True)
+    trained = _train("classifier_best", model, ClassificationTask(train, evals), tcfg,
+                     {**common, "model": mcfg.to_dict(), "init": "ppmi-svd", "stats": stats.key, "n_val": n_val}, cache)
+    best = trained.metrics.get("best") or {}
+    trained.metrics.update(test_accuracy=best.get("eval", {}).get("test", {}).get("accuracy"),
+                           val_accuracy=best.get("value"), best_epoch=best.get("epoch"), val_docs=n_val,
+                           train_docs=len(tr), batch_size=tcfg.batch_size)
+    return trained
+
+
 def stage_models(data: Data, stats: Stats, sizes, device, seed: int, cache: bool = True,
                  progress: bool = True) -> dict[str, Trained]:
-    """The seed-architecture classifier (when there are labels), the projection-matched
-    attention-only LM and a small GPT-style LM, each evaluated with the shared metric."""
+    """The seed-architecture classifier and the best recipe that fits the profile (when there are
+    labels), the projection-matched attention-only LM and a small GPT-style LM, the LMs evaluated
+    with the shared metric."""
     from distattn.models import (AttentionOnlyConfig, LMConfig, ProjectionMatchedLM, TransformerClassifier,
                                  TransformerLM, seed_classifier_config)
     from distattn.train import ClassificationData, ClassificationTask, LMData, LMTask, evaluate_lm, seed_everything
@@ -300,6 +343,7 @@ def stage_models(data: Data, stats: Stats, sizes, device, seed: int, cache: bool
         hist = out["classifier"].metrics["history"]
         out["classifier"].metrics["test_accuracy"] = hist[-1]["eval"]["test"]["accuracy"] if hist else None
         out["classifier"].metrics["batch_size"] = tcfg.batch_size
+        out["classifier_best"] = _best_classifier(data, stats, sizes, mcfg, device, seed, common, cache, progress)
 
     for name, model_cls, mcfg, lr in (
             ("attention_only_lm", ProjectionMatchedLM, AttentionOnlyConfig(vocab_size=V, **sizes.attn_model), 3e-3),
