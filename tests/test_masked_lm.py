@@ -259,3 +259,11 @@ def test_classifier_fine_tunes_from_the_masked_lm_trunk():
     task = ClassificationTask(ClassificationData(docs, y, max_len=16), {"train": ClassificationData(docs, y, max_len=16)})
     res = Trainer(clf, task, quiet(epochs=15, batch_size=16, lr=3e-3)).fit()
     assert res["history"][-1]["eval"]["train"]["accuracy"] > 0.9
+
+
+def test_masked_forward_traces_to_one_graph_for_torch_compile():
+    torch._dynamo.reset()
+    model = tiny_mlm()
+    b = MaskedLMData(random_docs(), seq_len=16, mask_id=MASK).batch([0, 1])
+    explain = torch._dynamo.explain(model)(b["ids"], b["positions"], b["targets"])
+    assert explain.graph_count == 1 and explain.graph_break_count == 0
