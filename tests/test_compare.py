@@ -181,3 +181,17 @@ def test_ppmi_svd_init_takes_leading_components_or_pads():
     assert np.array_equal(ppmi_svd_init(emb, 2), emb[:, :2])
     wide = ppmi_svd_init(emb, 6)
     assert wide.shape == (3, 6) and np.array_equal(wide[:, :4], emb) and not wide[:, 4:].any()
+
+
+def test_too_few_labelled_documents_skip_only_the_best_classifier(tmp_path, capsys):
+    path = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=30)
+    lines = path.read_text().splitlines()
+    lines = [ln if i < 14 else json.dumps({"text": json.loads(ln)["text"]}) for i, ln in enumerate(lines)]
+    path.write_text("\n".join(lines) + "\n")
+    code, out, err = run_cli(["--corpus", "text", "--path", str(path), "--profile", "quick", "--out",
+                              str(tmp_path / "runs"), "-q", "--device", "cpu"], capsys)
+    assert code == 0, err
+    run_dir = next((tmp_path / "runs").iterdir())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert "classifier" in metrics and "classifier_best" not in metrics
+    assert not (run_dir / "checkpoints" / "classifier_best.pt").exists()

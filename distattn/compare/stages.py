@@ -293,7 +293,7 @@ def _best_classifier(data: Data, stats: Stats, sizes, mcfg, device, seed: int, c
     from distattn.train import ClassificationData, ClassificationTask, seed_everything
     from distattn.train.recipes import seed_train_config
     n = len(data.clf_train)
-    n_val = max(2, min(2_500, n // 10))
+    n_val = min(2_500, n // 10)
     perm = np.random.default_rng([seed, 7]).permutation(n)
     tr, va = np.sort(perm[n_val:]), np.sort(perm[:n_val])
     enc, labels = data.clf_train.tokens, data.clf_train.labels
@@ -343,7 +343,10 @@ def stage_models(data: Data, stats: Stats, sizes, device, seed: int, cache: bool
         hist = out["classifier"].metrics["history"]
         out["classifier"].metrics["test_accuracy"] = hist[-1]["eval"]["test"]["accuracy"] if hist else None
         out["classifier"].metrics["batch_size"] = tcfg.batch_size
-        out["classifier_best"] = _best_classifier(data, stats, sizes, mcfg, device, seed, common, cache, progress)
+        if len(train) >= 20:          # enough labelled reviews to hold some out for picking the epoch
+            out["classifier_best"] = _best_classifier(data, stats, sizes, mcfg, device, seed, common, cache, progress)
+        else:
+            log.info("best classifier skipped: %d labelled training documents (needs >= 20)", len(train))
 
     for name, model_cls, mcfg, lr in (
             ("attention_only_lm", ProjectionMatchedLM, AttentionOnlyConfig(vocab_size=V, **sizes.attn_model), 3e-3),
