@@ -94,10 +94,18 @@ def test_corruption_follows_the_80_10_10_rule_and_spares_bos_and_oov():
 
 
 def test_short_rows_mark_missing_targets():
-    data = MaskedLMData([[2, 3]] * 20, seq_len=8, mask_id=MASK, mask_prob=0.75)   # 6 masks, <= 5 real tokens
-    b = data.batch(np.arange(len(data)))
-    assert (b["targets"] < 0).any() and (b["targets"] >= 0).any()
-    assert (b["ids"] != 0).sum() > 0
+    data = MaskedLMData([[2, 3]] * 20, seq_len=8, mask_id=MASK, mask_prob=0.75)   # 6 masks, <= 6 real tokens
+    idx = np.arange(len(data))
+    b = data.batch(idx)
+    ids, pos, tgt = b["ids"].numpy(), b["positions"].numpy(), b["targets"].numpy()
+    gpos = idx[:, None] * 8 + pos
+    short = tgt < 0
+    assert short.any() and (~short).any()
+    n_real = data.eligible[idx[:, None] * 8 + np.arange(8)].sum(axis=1)
+    assert np.array_equal((~short).sum(axis=1), np.minimum(n_real, data.n_masked))   # every real token scored
+    assert not data.eligible[gpos[short]].any()                    # the fillers are bos slots...
+    picked = ids[np.arange(len(idx))[:, None], pos]
+    assert np.array_equal(picked[short], data.stream[gpos[short]])  # ...and are left uncorrupted
 
 
 def test_masked_data_bad_input_names_the_value():

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from distattn.models.hooks import run_with_cache
 from distattn.models.lm import LMConfig, TransformerLM, lm_loss
