@@ -95,6 +95,14 @@ def test_bad_input(tmp_path, capsys, args, message):
     assert not any(tmp_path.iterdir())             # nothing written for a refused command
 
 
+def test_full_profile_on_cpu_is_allowed_without_models():
+    from distattn.compare.config import CompareConfig
+    cfg = CompareConfig(corpus="paper", profile="full", device="cpu", train_models=False).validate()
+    assert cfg.resolved_profile() == "full"
+    with pytest.raises(ValueError, match="or add --no-models"):
+        CompareConfig(corpus="paper", profile="full", device="cpu").validate()
+
+
 def test_unwritable_output_dir(tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")

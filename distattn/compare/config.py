@@ -92,9 +92,9 @@ class CompareConfig:
             raise ValueError(f"--profile {self.profile!r} is not one of {PROFILES}")
         if self.device not in DEVICES:
             raise ValueError(f"--device {self.device!r} is not one of {DEVICES}")
-        if self.profile == "full" and self.device == "cpu":
+        if self.profile == "full" and self.device == "cpu" and self.train_models:
             raise ValueError("conflicting options: --profile full trains seed-size models and needs a GPU; "
-                             "use --profile quick with --device cpu")
+                             "use --profile quick with --device cpu, or add --no-models")
         if self.max_docs is not None and self.max_docs < 20:
             raise ValueError(f"--max-docs must be at least 20 (or omitted), got {self.max_docs}")
         return self
