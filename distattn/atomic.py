@@ -12,8 +12,25 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterator
+
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+    with _UMASK_LOCK:              # reading the umask means setting it; keep that window private
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
+
+
+def _default_mode(path: Path, is_dir: bool) -> None:
+    """Give a finished temporary file or directory the permissions a plain ``open`` or
+    ``mkdir`` would have (``mkstemp``/``mkdtemp`` make them private to the owner)."""
+    with contextlib.suppress(OSError):
+        os.chmod(path, (0o777 if is_dir else 0o666) & ~_umask())
 
 
 @contextlib.contextmanager
@@ -29,6 +46,7 @@ def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        _default_mode(tmp_path, tmp_path.is_dir())
         os.replace(tmp_path, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -47,6 +65,7 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent))
     try:
         yield tmp
+        _default_mode(tmp, True)
         try:
             os.rename(tmp, target)
         except OSError:
