@@ -140,6 +140,29 @@ def test_trainer_learns_and_writes_metrics(tmp_path):
     assert isinstance(again, TransformerClassifier)
 
 
+def test_predict_and_evaluate_run_without_dropout_and_restore_the_mode():
+    cpu = torch.device("cpu")
+    docs, y = toy_docs(32)
+    seed_everything(0)
+    model = TransformerClassifier(seed_classifier_config(vocab_size=V, d_model=16, d_ff=32, n_heads=2, head_hidden=8,
+                                                         max_len=16, dropout=0.5, head_dropout=0.5))
+    data = ClassificationData(docs, y, max_len=16)
+    task = ClassificationTask(data, {"all": data})
+    model.eval()
+    want = task.predict(model, data, cpu)
+    model.train()
+    model.head[0].eval()                 # a mixed state must come back as it was
+    modes = [m.training for m in model.modules()]
+    got = [task.predict(model, data, cpu) for _ in range(2)]
+    assert np.array_equal(got[0], want) and np.array_equal(got[1], want)     # no dropout noise
+    assert task.evaluate(model, cpu) == task.evaluate(model, cpu)
+    assert [m.training for m in model.modules()] == modes
+    lm = TransformerLM(LMConfig(vocab_size=V, d_model=16, n_layers=1, n_heads=2, max_len=16, dropout=0.5)).train()
+    lm_task = LMTask(LMData(RaggedIds.from_sequences(docs), seq_len=16), {"all": LMData(RaggedIds.from_sequences(docs),
+                                                                                         seq_len=16)})
+    assert lm_task.evaluate(lm, cpu) == lm_task.evaluate(lm, cpu) and lm.training
+
+
 def test_checkpoint_from_another_config_is_refused(tmp_path):
     docs, y = toy_docs(16)
     task = ClassificationTask(ClassificationData(docs, y, max_len=16))

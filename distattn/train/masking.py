@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from distattn.train.data import _check_ids, _check_seq_len, as_ragged, epoch_plan, packed_stream
-from distattn.train.tasks import LMTask, to_device
+from distattn.train.tasks import LMTask, in_eval_mode, to_device
 
 __all__ = ["MaskedLMData", "MaskedLMTask", "hashed_uniform"]
 
@@ -130,7 +130,7 @@ class MaskedLMTask(LMTask):
     def loss(self, model, batch):
         return model(batch["ids"], batch["positions"], batch["targets"])[1]
 
-    @torch.no_grad()
+    @in_eval_mode
     def evaluate(self, model, device, autocast=contextlib.nullcontext) -> dict:
         out = {}
         for name, data in self.eval_sets.items():

@@ -8,6 +8,7 @@ A task offers ``plan(batch_size, epoch, seed, rank, world)`` (index arrays, see
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import numpy as np
@@ -16,13 +17,36 @@ import torch.nn.functional as F
 
 from distattn.train.data import ClassificationData, LMData, epoch_plan
 
-__all__ = ["ClassificationTask", "LMTask", "to_device"]
+__all__ = ["ClassificationTask", "LMTask", "eval_mode", "to_device"]
 
 
 def to_device(batch: dict, device: torch.device) -> dict:
     pin = device.type == "cuda"
     return {k: (v.pin_memory().to(device, non_blocking=True) if pin else v.to(device))
             if torch.is_tensor(v) else v for k, v in batch.items()}
+
+
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module):
+    """Run ``model`` in evaluation mode (no dropout) and give it back in the mode it had:
+    evaluation and prediction are deterministic whoever calls them."""
+    was = [m.training for m in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for m, t in zip(model.modules(), was):
+            m.training = t
+
+
+def in_eval_mode(method):
+    """Decorator for a task's ``evaluate(model, ...)``: it runs under :func:`eval_mode` and
+    without gradients."""
+    @functools.wraps(method)
+    def wrapper(self, model, *args, **kwargs):
+        with torch.no_grad(), eval_mode(model):
+            return method(self, model, *args, **kwargs)
+    return wrapper
 
 
 class ClassificationTask:
@@ -56,7 +80,12 @@ class ClassificationTask:
 
     @torch.no_grad()
     def predict(self, model, data: ClassificationData, device, autocast=contextlib.nullcontext) -> np.ndarray:
-        """Positive-class probabilities for every document of ``data``, in order."""
+        """Positive-class probabilities for every document of ``data``, in order (the model in
+        evaluation mode, then back in its own)."""
+        with eval_mode(model):
+            return self._predict(model, data, device, autocast)
+
+    def _predict(self, model, data, device, autocast):
         order = np.argsort(-data.lengths, kind="stable")           # little padding
         probs = np.empty(len(data), dtype=np.float64)
         for start in range(0, len(order), self.eval_batch_size):
@@ -67,6 +96,7 @@ class ClassificationTask:
             probs[idx] = torch.sigmoid(logits.float()).cpu().numpy()
         return probs
 
+    @in_eval_mode
     def evaluate(self, model, device, autocast=contextlib.nullcontext) -> dict:
         out = {}
         for name, data in self.eval_sets.items():
@@ -103,7 +133,7 @@ class LMTask:
     def loss(self, model, batch):
         return model(batch["ids"], batch["targets"])[1]
 
-    @torch.no_grad()
+    @in_eval_mode
     def evaluate(self, model, device, autocast=contextlib.nullcontext) -> dict:
         out = {}
         for name, data in self.eval_sets.items():
