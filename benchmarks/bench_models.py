@@ -13,7 +13,9 @@ Parts (``--part``, default all):
 * ``best`` — the ablation towards a better classifier (train+unsup only; model selection on a
   held-out 2 500-review slice of train; test is only reported). Rows A–D: the seed architecture
   with PPMI-SVD embeddings and/or 512 tokens; E/F/G: causal-LM self-pretraining on train+unsup,
-  then fine-tuning; H: masked-LM self-pretraining (bidirectional), then fine-tuning.
+  then fine-tuning; H: masked-LM self-pretraining (bidirectional), then fine-tuning; I: F's
+  recipe right to left (every review reversed: a backward LM), and with F (or G) in the same
+  run, ULMFiT's forward + backward ensemble (mean probability).
 * ``seedvar`` — the seed recipe with other seeds; ``seedsplit`` — the seed recipe on random
   splits of the 50k labelled reviews (how the seed's Kaggle copy is usually split).
 
@@ -74,6 +76,9 @@ def load_data(prep: str | None, smoke: bool) -> dict:
         if split != "unsup":
             data[f"{split}_labels"] = arrays[f"{split}_labels"].astype(np.int64)
     data["svd"] = arrays["svd"].astype(np.float32) if "svd" in arrays else None
+    # files made before the vocabulary moved to the statistics layer's (train+unsup) lack the key
+    data["vocab_from"] = str(arrays["vocab_from"]) if "vocab_from" in arrays else "train"
+    log(f"vocabulary counted on {data['vocab_from']}")
     if smoke:   # a few hundred documents, balanced
         rng = np.random.default_rng(0)
         for split, n in (("train", 300), ("test", 120)):
@@ -330,7 +335,7 @@ def part_seedsplit(data, args, device):
     y = np.concatenate([data["train_labels"], data["test_labels"]])
     perm = np.random.default_rng(42).permutation(len(y))
     mcfg = seed_classifier_config(vocab_size=30_000, **S["seed_model"])
-    out = {"runs": [], "note": "vocabulary: the prepared 30k of the official train split"}
+    out = {"runs": [], "vocab_from": data["vocab_from"]}
     for name, n_train, n_test in (("random_25k_25k", len(y) // 2, len(y) // 2),
                                   ("random_40k_10k", len(y) * 4 // 5, len(y) // 5)):
         tr, te = np.sort(perm[:n_train]), np.sort(perm[len(y) - n_test:])
@@ -385,11 +390,14 @@ def part_best(data, args, device):
     y = data["train_labels"]
     rows = out["rows"]
 
-    def cls_data(max_len, truncation="head", pad_multiple=1):
+    def cls_data(max_len, truncation="head", pad_multiple=1, reverse=False):
         kw = dict(max_len=max_len, truncation=truncation, pad_multiple=pad_multiple)
-        return (ClassificationData(data["train"].take(tr_idx), y[tr_idx], **kw),
-                {"val": ClassificationData(data["train"].take(va_idx), y[va_idx], **kw),
-                 "test": ClassificationData(data["test"], data["test_labels"], **kw)})
+        flip = (lambda r: r.reverse()) if reverse else (lambda r: r)    # a backward model reads right to left
+        return (ClassificationData(flip(data["train"].take(tr_idx)), y[tr_idx], **kw),
+                {"val": ClassificationData(flip(data["train"].take(va_idx)), y[va_idx], **kw),
+                 "test": ClassificationData(flip(data["test"]), data["test_labels"], **kw)})
+
+    picked_probs = {}      # row -> {"val", "test"}: the val-picked fine-tune's probabilities, for ensembles
 
     def finish(name, res, wall, extra=None):
         best = res["best"]
@@ -414,9 +422,18 @@ def part_best(data, args, device):
                       out_dir=args.runs / f"best_{name}").fit()
         finish(name, res, time.perf_counter() - t)
 
-    def pretrained_row(name, svd, objective="causal"):
+    def best_probs(clf, run_dir, task, evals):
+        """Val and test probabilities of a fine-tune's val-best weights (its ``best.pt``)."""
+        load_model(run_dir / "best.pt", clf)
+        clf.to(device)          # predict() runs it in eval mode
+        auto = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+        return {k: task.predict(clf, evals[k], device, auto) for k in ("val", "test")}
+
+    def pretrained_row(name, svd, objective="causal", reverse=False):
         seed_everything(0)
         docs = concat(data["train"], data["unsup"])
+        if reverse:                 # a right-to-left LM: every review's tokens in reverse order
+            docs = docs.reverse()
         if objective == "mlm":      # one extra id, the [MASK] token; the classifier inherits it unused
             lm_cfg = MaskedLMConfig(vocab_size=30_001, **S["pre_model"])
             lm = MaskedLM(lm_cfg)
@@ -448,23 +465,32 @@ def part_best(data, args, device):
             seed_everything(1 + v["seed"])
             clf = TransformerClassifier(classifier_from_lm(lm_cfg, dropout=v["dropout"]))
             clf.load_trunk(lm)
-            train, evals = cls_data(lm_cfg.max_len, v["truncation"], S["pad_multiple"])
+            train, evals = cls_data(lm_cfg.max_len, v["truncation"], S["pad_multiple"], reverse)
             task = ClassificationTask(train, evals, length_grouping=S["grouping"])
             t = time.perf_counter()
             run_dir = args.runs / f"ft_{name}_{i}"
             res = Trainer(clf, task, finetune_config(epochs=v["epochs"], lr=v["lr"], seed=v["seed"], progress=False,
-                                                     select_on="val/accuracy", save_best=args.variants),
+                                                     select_on="val/accuracy", save_best=True),
                           out_dir=run_dir).fit()
             tries.append({"variant": v, "val": res["best"]["value"], "best_epoch": res["best"]["epoch"],
                           "test": res["best"]["eval"]["test"]["accuracy"], "res": res,
-                          "seconds": time.perf_counter() - t})
+                          "seconds": time.perf_counter() - t, "run_dir": run_dir})
             log(f"[best] {name} fine-tune {v}: val {res['best']['value']:.4f} at epoch {res['best']['epoch']} "
                 f"(test at that epoch {res['best']['eval']['test']['accuracy']:.4f})")
             if args.variants:            # the val-best weights, for the ensemble
-                load_model(run_dir / "best.pt", clf)
-                auto = lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-                probs.append({k: task.predict(clf, evals[k], device, auto) for k in ("val", "test")})
+                probs.append(best_probs(clf, run_dir, task, evals))
         pick = max(tries, key=lambda x: x["val"])
+        pick_i = tries.index(pick)
+        if probs:
+            picked_probs[name] = probs[pick_i]
+        else:
+            _, evals = cls_data(lm_cfg.max_len, pick["variant"]["truncation"], S["pad_multiple"], reverse)
+            clf = TransformerClassifier(classifier_from_lm(lm_cfg, dropout=pick["variant"]["dropout"]))
+            picked_probs[name] = best_probs(clf, pick["run_dir"], ClassificationTask(evals["val"], evals), evals)
+        # the saved weights must give the accuracy the pick was made on (a check on best.pt)
+        recomputed = float(((picked_probs[name]["val"] >= 0.5) == (y[va_idx] == 1)).mean())
+        if abs(recomputed - pick["val"]) > 1e-9:
+            log(f"[best] WARNING {name}: best.pt gives val {recomputed:.4f}, the run recorded {pick['val']:.4f}")
         t_ft = sum(x["seconds"] for x in tries)
         finish(name, pick["res"], t_pre + pick["seconds"],
                {"pretrain_seconds": t_pre, "finetune_seconds": pick["seconds"], "finetune_variant": pick["variant"],
@@ -490,7 +516,8 @@ def part_best(data, args, device):
             ("F_causal_pretrain_svd_init_512", lambda n: pretrained_row(n, True)),
             ("G_causal_pretrain_svd_init_512_finetune_variants", lambda n: pretrained_row(n, True)),
             ("E_causal_pretrain_random_init_512", lambda n: pretrained_row(n, False)),
-            ("H_mlm_pretrain_svd_init_512", lambda n: pretrained_row(n, True, "mlm"))]
+            ("H_mlm_pretrain_svd_init_512", lambda n: pretrained_row(n, True, "mlm")),
+            ("I_backward_causal_pretrain_svd_init_512", lambda n: pretrained_row(n, True, reverse=True))]
     only = set(args.rows.split(",")) if args.rows else None
     warm_train, warm_evals = cls_data(S["seed_len"])
     warm_up_classifier(seed_classifier_config(vocab_size=30_000, **S["seed_model"]), warm_train, warm_evals["val"], device)
@@ -502,6 +529,18 @@ def part_best(data, args, device):
             log(f"[best] {name}: skipped (budget)")
             continue
         fn(name)
+    fwd = next((k for k in picked_probs if k[0] in "FG"), None)
+    bwd = next((k for k in picked_probs if k.startswith("I_")), None)
+    if fwd and bwd:                  # ULMFiT's forward + backward ensemble: mean probability, a fixed recipe
+        labels = {"val": y[va_idx], "test": data["test_labels"]}
+        acc = {k: float(((np.mean([picked_probs[fwd][k], picked_probs[bwd][k]], axis=0) >= 0.5)
+                         == (labels[k] == 1)).mean()) for k in ("val", "test")}
+        members = [r for r in rows if r["name"] in (fwd, bwd)]
+        rows.append({"name": "FI_bidirectional_ensemble", "members": [fwd, bwd], "val_accuracy": acc["val"],
+                     "test_accuracy_at_best_val": acc["test"],
+                     "wall_seconds": sum(r["wall_seconds"] for r in members)})
+        log(f"[best] forward + backward ensemble ({fwd} + {bwd}): val {acc['val']:.4f} → test {acc['test']:.4f}")
+        write_json(args.out / "best_partial.json", out)
     done = [r for r in rows if "val_accuracy" in r]
     if done:
         pick = max(done, key=lambda r: r["val_accuracy"])
@@ -555,6 +594,7 @@ def main():
             "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None, "smoke": args.smoke}
     log(json.dumps(info))
     data = load_data(args.prep, args.smoke)
+    info["vocab_from"] = data["vocab_from"]
     parts = ["seed", "lm", "mfu", "best", "seedvar", "seedsplit"] if args.part == "all" else args.part.split(",")
     for part in parts:
         fn = {"seed": part_seed, "lm": part_lm, "best": part_best, "mfu": part_mfu, "seedvar": part_seedvar,

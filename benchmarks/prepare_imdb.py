@@ -1,12 +1,13 @@
 """Prepare the IMDB arrays the model benchmarks need, once, on the CPU.
 
-Writes one ``.npz`` (atomically) holding, on the toolkit's tokenizer and the 30k vocabulary
-of the train split (``<pad>`` = 0, ``<unk>`` = 1):
+Writes one ``.npz`` (atomically) holding, on the toolkit's tokenizer and the statistics layer's
+30k vocabulary, that of train+unsup (``<pad>`` = 0, ``<unk>`` = 1; the models use "the same
+tokenizer, vocabulary and data splits as the statistics layer"; test is never seen):
 
 * ``{train,test,unsup}_ids`` (uint16), ``*_offsets`` (int64), ``{train,test}_labels`` (int8);
 * ``svd`` (float16, 30 000 × dim): PPMI-SVD vectors from train+unsup only (never test):
   ``cooccurrence(window=2, weighting="none")`` → ``ppmi(cds=0.75)`` → ``SVDEmbeddings(dim, eig=0.5)``;
-* ``words``: the vocabulary, one word per line.
+* ``words``: the vocabulary, one word per line; ``vocab_from``: the splits it was counted on.
 
 The file lets a GPU machine skip tokenization and the SVD (about two minutes on two cores);
 ``bench_models.py`` rebuilds the same arrays from the corpus when the file is absent.
@@ -25,6 +26,7 @@ import numpy as np
 from distattn.atomic import atomic_path
 
 VOCAB_SIZE = 30_000
+VOCAB_FROM = "train+unsup"      # the statistics layer's IMDB documents
 
 
 def build_arrays(svd_dim: int = 256, with_svd: bool = True, log=print) -> dict:
@@ -32,9 +34,9 @@ def build_arrays(svd_dim: int = 256, with_svd: bool = True, log=print) -> dict:
 
     t = time.perf_counter()
     tc = tokenize_corpus(get_corpus("imdb"))
-    vocab = tc.split("train").vocabulary(max_size=VOCAB_SIZE - 2)
+    vocab = tc.split(VOCAB_FROM).vocabulary(max_size=VOCAB_SIZE - 2)
     assert len(vocab) == VOCAB_SIZE and vocab.pad_id == 0 and vocab.unk_id == 1
-    out = {"words": np.array("\n".join(vocab.itos))}
+    out = {"words": np.array("\n".join(vocab.itos)), "vocab_from": np.array(VOCAB_FROM)}
     for split in ("train", "test", "unsup"):
         enc = tc.split(split).encode(vocab)
         out[f"{split}_ids"] = enc.tokens.ids.astype(np.uint16)

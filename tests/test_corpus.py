@@ -80,6 +80,18 @@ def test_ragged_ops():
         RaggedIds(np.array([1, 2]), np.array([0, 3]))
 
 
+def test_ragged_reverse():
+    r = RaggedIds.from_sequences([[1, 2, 3], [], [4, 5], [6]])
+    back = r.reverse()
+    assert [list(x) for x in back] == [[3, 2, 1], [], [5, 4], [6]]
+    assert list(back.offsets) == list(r.offsets)
+    assert np.array_equal(back.reverse().ids, r.ids)
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 50, rng.integers(0, 9)) for _ in range(40)]
+    assert [list(x) for x in RaggedIds.from_sequences(docs).reverse()] == [list(d[::-1]) for d in docs]
+    assert RaggedIds.from_sequences([]).reverse().n_tokens == 0
+
+
 def test_tokenize_cache_roundtrip_and_reuse(tmp_path):
     corpus = ListCorpus(["the cat sat", "the dog", ""], labels=[1, 0, 1])
     tc = tokenize_corpus(corpus, cache=tmp_path)

@@ -104,6 +104,14 @@ class RaggedIds:
         np.cumsum(keep, out=csum[1:])
         return RaggedIds(self.ids[keep], csum[self.offsets])
 
+    def reverse(self) -> "RaggedIds":
+        """Every document's tokens in reverse order (documents keep their places): the input of
+        a right-to-left ("backward") language model."""
+        starts = np.repeat(self.offsets[:-1], self.lengths)
+        ends = np.repeat(self.offsets[1:], self.lengths)
+        index = starts + ends - 1 - np.arange(self.n_tokens, dtype=np.int64)
+        return RaggedIds(self.ids[index], self.offsets.copy())
+
     def doc_index(self) -> np.ndarray:
         """The document number of every token, shape (n_tokens,)."""
         return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)
