@@ -182,6 +182,25 @@ def test_lm_targets_are_never_unk(tmp_path):
     assert (batch["ids"] == data.vocab.unk_id).sum() > 0
 
 
+def test_one_stored_svd_serves_every_rank_the_stages_ask_for():
+    import scipy.sparse as sp
+
+    from distattn.compare.config import PROFILE_SIZES
+    from distattn.compare.stages import svd_ranks, top_svd
+    rng = np.random.default_rng(1)
+    G = np.linalg.qr(rng.normal(size=(200, 40)))[0]
+    dense = (G * 0.8 ** np.arange(40)) @ G.T                       # a decaying spectrum, as PPMI's
+    X = sp.csr_array(np.where(np.abs(dense) > 1e-3, dense, 0.0))
+    svd = top_svd(X, 12)
+    exact = np.linalg.svd(X.toarray(), compute_uv=False)[:12]
+    np.testing.assert_allclose(svd.s, exact, rtol=1e-4)
+    np.testing.assert_allclose(svd.frobenius_sq, (X.toarray() ** 2).sum(), rtol=1e-12)
+    assert svd.u.shape == (200, 12) and svd.vt.shape == (12, 200) and np.all(np.diff(svd.s) <= 0)
+    np.testing.assert_allclose(svd.u.T @ svd.u, np.eye(12), atol=1e-4)
+    assert svd_ranks(PROFILE_SIZES["full"], 30_000) == (256, 200)     # embeddings 256; spectrum 200 >= d_k 128
+    assert svd_ranks(PROFILE_SIZES["quick"], 9) == (6, 6)      # a tiny vocabulary clamps every rank
+
+
 def test_ppmi_svd_init_takes_leading_components_or_pads():
     import numpy as np
     from distattn.compare.stages import ppmi_svd_init

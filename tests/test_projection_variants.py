@@ -225,6 +225,26 @@ def test_svd_heads_sum_to_the_truncated_operator(sym_S):
     np.testing.assert_allclose(norms, s[[0, 2, 4]], rtol=1e-8)
 
 
+def test_a_precomputed_svd_gives_the_same_heads_and_factors(sym_S):
+    u, s, vt = np.linalg.svd(sym_S)
+    wide = (u[:, :10], s[:10], vt[:10])                       # more triplets than asked for: a prefix is used
+    for got, want in zip(svd_heads(sym_S, 3, 2, svd=wide), svd_heads(sym_S, 3, 2)):
+        np.testing.assert_allclose(got.query @ got.key.T, want.query @ want.key.T, atol=1e-9)
+    X = sym_S + np.triu(sym_S)                                  # not symmetric
+    ux, sx, vtx = np.linalg.svd(X)
+    W_Q, W_K = directional_factors(X, 4, svd=(ux[:, :6], sx[:6], vtx[:6]))
+    R_Q, R_K = directional_factors(X, 4)
+    np.testing.assert_allclose(W_Q @ W_K.T, R_Q @ R_K.T, atol=1e-9)
+    with pytest.raises(ValueError, match="holds 10 singular triplets; rank 12 needs more"):
+        svd_heads(sym_S, 3, 4, svd=wide)
+    with pytest.raises(ValueError, match="factors a 29 x 30 matrix"):
+        svd_heads(sym_S, 3, 2, svd=(u[1:, :10], s[:10], vt[:10]))
+    with pytest.raises(ValueError, match="descending"):
+        directional_factors(X, 4, svd=(ux[:, :6], sx[:6][::-1], vtx[:6]))
+    with pytest.raises(ValueError, match=r"must be \(u \(m, r\)"):
+        directional_factors(X, 4, svd=(ux[:, :6], sx[:5], vtx[:6]))
+
+
 def test_multihead_evidence_uses_each_heads_own_values(sym_S):
     heads = svd_heads(sym_S, n_heads=2, head_rank=3)
     ids = np.array([1, 2, 3, -1])

@@ -212,8 +212,9 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
 
     from distattn.atomic import atomic_dir
     from distattn.compare.stages import stage_dir
-    # "version" 2: the directional factors and the alignment basis come from the spectra's SVDs
-    d, _ = stage_dir("analysis", {"version": 2, "data": data.key, "stats": stats.key,
+    # "version" 2: the directional factors and the alignment basis come from the spectra's SVDs;
+    # 3: the PPMI and directional-PPMI spectra come from the statistics stage's SVDs
+    d, _ = stage_dir("analysis", {"version": 3, "data": data.key, "stats": stats.key,
                                   "sizes": dataclasses.asdict(sizes),
                                   "models": {n: m.checkpoint.parent.name for n, m in models.items()}})
     if not (cache and (d / "analysis.json").exists()):
@@ -243,6 +244,16 @@ class _Sections:
         self.name, self.t = name, now
 
 
+def _stored_spectrum(svd, X, k: int, name: str):
+    """The top-``k`` spectrum of X and its singular vectors from the statistics stage's SVD
+    (or a fresh one when it holds fewer than ``k`` triplets)."""
+    from distattn import analysis as A
+    if k > svd.rank:
+        return A.spectrum(X, k, name=name, return_vectors=True)
+    spec = A.Spectrum(np.asarray(svd.s[:k], dtype=np.float64), svd.frobenius_sq, X.shape, k < min(X.shape), name)
+    return spec, np.asarray(svd.u[:, :k], dtype=np.float64), np.asarray(svd.vt[:k], dtype=np.float64)
+
+
 def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> dict:
     """Spectra, attention-PMI correlation, agreement with baselines, graphs, kernels/CKA,
     heatmaps. Every number goes to metrics.json, every figure to figures/."""
@@ -264,8 +275,8 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
     k = clamp_rank(sizes.spectrum_k, len(words))
     # one SVD per matrix: PPMI's also gives the subspace for the circuit alignment, the
     # directional PPMI's the factors of the asymmetric prediction
-    spec_P, u_P, _ = A.spectrum(stats.P, k, name="PPMI", return_vectors=True)
-    spec_D, u_D, vt_D = A.spectrum(stats.P_dir, k, name="directional PPMI", return_vectors=True)
+    spec_P, u_P, _ = _stored_spectrum(stats.svd_P, stats.P, k, "PPMI")
+    spec_D, u_D, vt_D = _stored_spectrum(stats.svd_D, stats.P_dir, k, "directional PPMI")
     specs = {"S (counts)": A.spectrum(stats.S, k, name="S"), "PPMI": spec_P, "directional PPMI": spec_D,
              "PPMI-SVD embeddings": A.spectrum(stats.embeddings, min(k, stats.embeddings.shape[1]), algorithm="dense",
                                                name="embeddings")}

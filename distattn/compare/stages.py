@@ -125,39 +125,99 @@ def _ids_hash(idx) -> str:
 # --------------------------------------------------------------------------- statistics
 
 @dataclass
+class TopSVD:
+    """A stored truncated SVD of one statistics matrix X: ``u`` (m, r), ``s`` (r,) descending,
+    ``vt`` (r, n), float32, and ``frobenius_sq`` = ‖X‖_F² of the whole matrix. The stages
+    take prefixes of it rather than factorising X again."""
+    u: np.ndarray
+    s: np.ndarray
+    vt: np.ndarray
+    frobenius_sq: float
+
+    @property
+    def rank(self) -> int:
+        return len(self.s)
+
+    def triple(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.u, self.s, self.vt
+
+
+def top_svd(X, rank: int) -> TopSVD:
+    """The leading ``rank`` singular triplets of sparse ``X``: a randomized SVD (float32
+    products) run with ``rank + max(10, rank // 4)`` vectors and cut, so that the last kept
+    triplet is accurate too (the analysis' spectrum convention)."""
+    from distattn.stats.embeddings import truncated_svd
+    full = min(X.shape)
+    rank = max(1, min(rank, full - 1))
+    extra = min(rank + max(10, rank // 4), full - 1)
+    u, s, vt = truncated_svd(X, extra, algorithm="randomized", random_state=0, dtype=np.float32)
+    order = np.argsort(-s, kind="stable")[:rank]
+    return TopSVD(np.ascontiguousarray(u[:, order], dtype=np.float32), np.maximum(s[order], 0.0),
+                  np.ascontiguousarray(vt[order], dtype=np.float32), float(np.sum(np.square(X.data, dtype=np.float64))))
+
+
+def svd_ranks(sizes, V: int) -> tuple[int, int]:
+    """How many triplets the statistics stage keeps: of PPMI, enough for the embeddings, the
+    multi-head projection and the spectrum; of directional PPMI, for the asymmetric factors and
+    the spectrum."""
+    n_heads = min(sizes.heads[0], clamp_rank(sizes.heads[0], V))
+    heads = n_heads * clamp_rank(sizes.heads[1], V // n_heads)
+    spectrum = clamp_rank(sizes.spectrum_k, V)
+    return (max(clamp_rank(sizes.svd_dim, V), heads, spectrum),
+            max(clamp_rank(sizes.asym_rank, V), spectrum))
+
+
+@dataclass
 class Stats:
     S: sp.csr_array          # symmetric counts (window, harmonic)
     P: sp.csr_array          # PPMI (cds 0.75)
     P_dir: sp.csr_array      # directional PPMI ("j after i")
-    embeddings: np.ndarray   # PPMI-SVD word vectors
+    embeddings: np.ndarray   # PPMI-SVD word vectors (U Σ^½ of PPMI, rows L2-normalised)
     counts: np.ndarray       # unigram counts over the statistics docs
     key: str
+    svd_P: TopSVD            # one SVD per matrix, shared by the embeddings, projections and spectra
+    svd_D: TopSVD
     seconds: float = 0.0
 
 
+_SVD_FILES = ("u", "s", "vt")
+
+
 def stage_statistics(data: Data, sizes, cache: bool = True) -> Stats:
-    from distattn.stats import SVDEmbeddings, cooccurrence, ppmi
-    d, key = stage_dir("stats", {"data": data.key, "window": sizes.window, "svd_dim": sizes.svd_dim})
-    if cache and (d / "done.json").exists():
-        return Stats(*(sp.csr_array(sp.load_npz(d / f"{n}.npz")) for n in ("S", "P", "P_dir")),
-                     np.load(d / "embeddings.npy"), np.load(d / "counts.npy"), key)
-    t = time.perf_counter()
+    from distattn.stats import cooccurrence, ppmi
     V = len(data.vocab)
+    rank_P, rank_D = svd_ranks(sizes, V)
+    d, key = stage_dir("stats", {"data": data.key, "window": sizes.window, "svd_dim": sizes.svd_dim,
+                                 "svd_ranks": [rank_P, rank_D], "svd": "randomized-f32-shared"})
+    if cache and (d / "done.json").exists():
+        meta = json.loads((d / "done.json").read_text())
+        svds = {name: TopSVD(*(np.load(d / f"svd_{name}_{f}.npy") for f in _SVD_FILES), meta["frobenius_sq"][name])
+                for name in ("P", "D")}
+        return Stats(*(sp.csr_array(sp.load_npz(d / f"{n}.npz")) for n in ("S", "P", "P_dir")),
+                     np.load(d / "embeddings.npy"), np.load(d / "counts.npy"), key, svds["P"], svds["D"])
+    t = time.perf_counter()
     S = cooccurrence(data.stat_neg, V, window=sizes.window, weighting="harmonic")
     P = ppmi(S, cds=0.75)
     P_dir = ppmi(cooccurrence(data.stat_neg, V, window=sizes.window, weighting="harmonic", symmetric=False), cds=0.75)
+    svd_P, svd_D = top_svd(P, rank_P), top_svd(P_dir, rank_D)
     dim = clamp_rank(sizes.svd_dim, V)
-    emb = SVDEmbeddings(dim=dim, eig=0.5, dtype=np.float32).fit(P).vectors_.astype(np.float32)
+    emb = svd_P.u[:, :dim] * np.sqrt(svd_P.s[:dim]).astype(np.float32)        # SVDEmbeddings(eig=0.5)
+    norms = np.linalg.norm(emb, axis=1, keepdims=True)
+    emb = np.divide(emb, norms, out=np.zeros_like(emb), where=norms > 0).astype(np.float32)
     ids = data.stat_neg.ids
     counts = np.bincount(ids[ids >= 0], minlength=V)
-    stats = Stats(S, P, P_dir, emb, counts, key, time.perf_counter() - t)
+    stats = Stats(S, P, P_dir, emb, counts, key, svd_P, svd_D, time.perf_counter() - t)
     if cache:
         with atomic_dir(d) as tmp:
             for name in ("S", "P", "P_dir"):
                 sp.save_npz(tmp / f"{name}.npz", sp.csr_matrix(getattr(stats, name)), compressed=False)
             np.save(tmp / "embeddings.npy", emb)
             np.save(tmp / "counts.npy", counts)
-            (tmp / "done.json").write_text(json.dumps({"seconds": stats.seconds}))
+            for name, svd in (("P", svd_P), ("D", svd_D)):
+                for f in _SVD_FILES:
+                    np.save(tmp / f"svd_{name}_{f}.npy", getattr(svd, f))
+            (tmp / "done.json").write_text(json.dumps({"seconds": stats.seconds, "frobenius_sq": {
+                "P": svd_P.frobenius_sq, "D": svd_D.frobenius_sq}}))
     return stats
 
 
@@ -201,11 +261,11 @@ def stage_projection(data: Data, stats: Stats, sizes, device, cache: bool = True
             pi = positional_distributions(data.stat_neg, V, sizes.eval_len)
             return Positional(stats.P, pi, 1.0, **kw), True
         if key == "asym":
-            W_Q, W_K = directional_factors(stats.P_dir, clamp_rank(sizes.asym_rank, V), algorithm="randomized")
+            W_Q, W_K = directional_factors(stats.P_dir, clamp_rank(sizes.asym_rank, V), svd=stats.svd_D.triple())
             return Asymmetric(W_Q, W_K, S=stats.P, **kw), True
         if key == "mh_svd":
             n_heads = min(sizes.heads[0], clamp_rank(sizes.heads[0], V))
-            heads = svd_heads(stats.P, n_heads, clamp_rank(sizes.heads[1], V // n_heads), algorithm="randomized")
+            heads = svd_heads(stats.P, n_heads, clamp_rank(sizes.heads[1], V // n_heads), svd=stats.svd_P.triple())
             return MultiHead(heads, "softmax", **kw), True
         raise KeyError(key)
 

@@ -21,11 +21,29 @@ import numpy as np
 from distattn.projection import _checks
 from distattn.stats.embeddings import truncated_svd
 
-__all__ = ["directional_factors", "directional_context_matrix", "factored_svd", "check_factors"]
+__all__ = ["directional_factors", "directional_context_matrix", "factored_svd", "check_factors", "precomputed_svd"]
+
+
+def precomputed_svd(svd, rank: int, shape: tuple[int, int], name: str = "svd"):
+    """The leading ``rank`` triplets of a caller's truncated SVD ``(u, s, vt)`` of a matrix of
+    ``shape`` (singular values in descending order), checked; float64 copies."""
+    try:
+        u, s, vt = (np.asarray(a, dtype=np.float64) for a in svd)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a (u, s, vt) triple of arrays") from None
+    if u.ndim != 2 or s.ndim != 1 or vt.ndim != 2 or u.shape[1] != len(s) or vt.shape[0] != len(s):
+        raise ValueError(f"{name} must be (u (m, r), s (r,), vt (r, n)); got shapes {u.shape}, {s.shape}, {vt.shape}")
+    if (u.shape[0], vt.shape[1]) != tuple(shape):
+        raise ValueError(f"{name} factors a {u.shape[0]} x {vt.shape[1]} matrix, not the {shape[0]} x {shape[1]} one")
+    if rank > len(s):
+        raise ValueError(f"{name} holds {len(s)} singular triplets; rank {rank} needs more")
+    if np.any(np.diff(s[:rank]) > 0) or (len(s) and s[-1] < 0):
+        raise ValueError(f"{name}: singular values must be non-negative and in descending order")
+    return u[:, :rank], s[:rank], vt[:rank]
 
 
 def directional_factors(directional, rank: int, *, algorithm: str = "arpack",
-                        random_state=0) -> tuple[np.ndarray, np.ndarray]:
+                        random_state=0, svd=None) -> tuple[np.ndarray, np.ndarray]:
     """``(W_Q, W_K)`` from a rank-``rank`` truncated SVD of a directional matrix.
 
     Parameters
@@ -36,6 +54,9 @@ def directional_factors(directional, rank: int, *, algorithm: str = "arpack",
         d_k.
     algorithm : {"arpack", "randomized"}
         ``scipy.sparse.linalg.svds`` or ``sklearn.utils.extmath.randomized_svd``.
+    svd : (u, s, vt), optional
+        A truncated SVD of ``directional`` already at hand, with at least ``rank`` triplets
+        (values descending): its leading ``rank`` are used and nothing is factorised.
 
     Returns
     -------
@@ -44,7 +65,10 @@ def directional_factors(directional, rank: int, *, algorithm: str = "arpack",
     """
     X = _checks.cooc_matrix(directional, name="directional")
     rank = _checks.positive_int(rank, "rank")
-    u, s, vt = truncated_svd(X, rank, algorithm=algorithm, random_state=random_state)
+    if svd is not None:
+        u, s, vt = precomputed_svd(svd, rank, X.shape)
+    else:
+        u, s, vt = truncated_svd(X, rank, algorithm=algorithm, random_state=random_state)
     root = np.sqrt(s)
     return u * root, vt.T * root
 

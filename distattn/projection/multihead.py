@@ -34,7 +34,7 @@ from sklearn.decomposition import NMF
 
 from distattn.memory import check_memory
 from distattn.projection import _checks
-from distattn.projection.asymmetric import check_factors, directional_context_matrix
+from distattn.projection.asymmetric import check_factors, directional_context_matrix, precomputed_svd
 from distattn.projection.core import NORMALIZATIONS, ZERO_ROW_POLICIES, attention_weights, row_normalize, softmax_rows
 from distattn.stats.embeddings import truncated_svd
 
@@ -78,16 +78,22 @@ class Head:
         return q @ self.key.T
 
 
-def svd_heads(cooc, n_heads: int, head_rank: int, *, algorithm: str = "arpack", random_state=0) -> list[Head]:
+def svd_heads(cooc, n_heads: int, head_rank: int, *, algorithm: str = "arpack", random_state=0,
+              svd=None) -> list[Head]:
     """Split S into ``n_heads`` blocks of ``head_rank`` consecutive singular triplets.
 
     Head i gets ``U_i Σ_i^{1/2}`` and ``V_i Σ_i^{1/2}`` for triplets ``i·r … (i+1)·r - 1``.
-    Needs ``n_heads · head_rank < vocab_size``.
+    Needs ``n_heads · head_rank < vocab_size``. ``svd=(u, s, vt)``: a truncated SVD of S already
+    at hand with at least ``n_heads · head_rank`` triplets (values descending); nothing is then
+    factorised.
     """
     S = _checks.cooc_matrix(cooc)
     n_heads = _checks.positive_int(n_heads, "n_heads")
     head_rank = _checks.positive_int(head_rank, "head_rank")
-    u, s, vt = truncated_svd(S, n_heads * head_rank, algorithm=algorithm, random_state=random_state)
+    if svd is not None:
+        u, s, vt = precomputed_svd(svd, n_heads * head_rank, S.shape)
+    else:
+        u, s, vt = truncated_svd(S, n_heads * head_rank, algorithm=algorithm, random_state=random_state)
     root = np.sqrt(s)
     A, B = u * root, vt.T * root
     return [Head(A[:, i * head_rank:(i + 1) * head_rank].copy(), B[:, i * head_rank:(i + 1) * head_rank].copy())
