@@ -25,6 +25,10 @@ SXM bf16 dense peak. The fp32 baseline's MFU is quoted against the same peak.
 
     python benchmarks/bench_models.py --part seed --out /tmp/bench        # on a GPU
     python benchmarks/bench_models.py --smoke --out /tmp/bench            # CPU check of every code path
+    python benchmarks/bench_models.py --part best --rows F --set pre_epochs=12   # one size changed
+
+``--set KEY=JSON`` overrides one entry of ``SIZES`` (checked against its default's kind; the
+overrides are recorded in every result's ``info``).
 """
 
 from __future__ import annotations
@@ -572,6 +576,30 @@ SIZES = {
 }
 
 
+def parse_overrides(items: list[str], sizes: dict) -> dict:
+    """``["pre_epochs=12", ...]`` → ``{"pre_epochs": 12}``: known keys only, JSON values of the
+    same kind as the default (lists stand for tuples)."""
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or key not in sizes:
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(sizes))}")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            raise SystemExit(f"--set {item!r}: the value must be JSON (e.g. 12, 1e-3, true, [256, true])") from None
+        default = sizes[key]
+        if isinstance(default, tuple) and isinstance(value, list):
+            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+        kinds = (int, float) if isinstance(default, float) else type(default)
+        if key == "compile":            # True/False or a torch.compile mode
+            kinds = (bool, str)
+        if default is not None and (not isinstance(value, kinds) or (isinstance(value, bool) and kinds is int)):
+            raise SystemExit(f"--set {item!r}: {key} takes a {type(default).__name__} like {default!r}")
+        out[key] = value
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", default="all", help="seed, lm, best, mfu, seedvar, seedsplit, or a comma list; "
@@ -583,15 +611,20 @@ def main():
     ap.add_argument("--budget-s", type=float, default=1e9, help="skip remaining 'best' rows after this many seconds")
     ap.add_argument("--variants", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--rows", default="", help="only these ablation rows (letters, e.g. A,B,F)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="override one size of the profile, e.g. --set pre_epochs=12 (repeatable; recorded in info)")
     args = ap.parse_args()
     args.out = Path(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     args.runs = Path(args.runs) if args.runs else args.out / "runs"
     shutil.rmtree(args.runs, ignore_errors=True)      # figures come from fresh runs, never resumed ones
     args.sizes = SIZES["smoke" if args.smoke else "full"]
+    overrides = parse_overrides(args.set, args.sizes)
+    args.sizes = {**args.sizes, **overrides}
     device = pick_device()
     info = {"device": str(device), "torch": torch.__version__,
-            "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None, "smoke": args.smoke}
+            "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None, "smoke": args.smoke,
+            "overrides": overrides}
     log(json.dumps(info))
     data = load_data(args.prep, args.smoke)
     info["vocab_from"] = data["vocab_from"]

@@ -1,0 +1,35 @@
+"""``benchmarks/bench_models.py --set KEY=JSON``: the sizes a GPU session may change without
+editing the script, checked before anything runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench_models  # noqa: E402
+
+FULL = bench_models.SIZES["full"]
+
+
+def test_overrides_parse_to_the_defaults_kinds():
+    got = bench_models.parse_overrides(["pre_epochs=12", "pre_lr=1e-3", "ft_lrs=[0.0001, 0.0003]",
+                                        'compile="max-autotune"', "mfu_variants=[[512, true]]"], FULL)
+    assert got == {"pre_epochs": 12, "pre_lr": 1e-3, "ft_lrs": (0.0001, 0.0003), "compile": "max-autotune",
+                   "mfu_variants": ((512, True),)}
+    assert bench_models.parse_overrides([], FULL) == {}
+
+
+@pytest.mark.parametrize("item, message", [
+    ("epochs=3", "KEY one of"),                         # not a size of the profile
+    ("pre_epochs", "expected KEY=VALUE"),
+    ("pre_epochs=six", "must be JSON"),
+    ("pre_epochs=2.5", "takes a int like 6"),
+    ("pre_epochs=true", "takes a int like 6"),
+    ("ft_truncation=3", "takes a str like 'head'"),
+])
+def test_bad_overrides_name_the_value_and_what_is_allowed(item, message):
+    with pytest.raises(SystemExit, match=message):
+        bench_models.parse_overrides([item], FULL)
