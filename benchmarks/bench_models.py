@@ -15,7 +15,8 @@ Parts (``--part``, default all):
   with PPMI-SVD embeddings and/or 512 tokens; E/F/G: causal-LM self-pretraining on train+unsup,
   then fine-tuning; H: masked-LM self-pretraining (bidirectional), then fine-tuning; I: F's
   recipe right to left (every review reversed: a backward LM), and with F (or G) in the same
-  run, ULMFiT's forward + backward ensemble (mean probability).
+  run, ULMFiT's forward + backward ensemble (mean probability). Each pretrained row writes
+  ``probs_<row>.npz``, which ``ensemble_rows.py`` averages across separate runs.
 * ``seedvar`` — the seed recipe with other seeds; ``seedsplit`` — the seed recipe on random
   splits of the 50k labelled reviews (how the seed's Kaggle copy is usually split).
 
@@ -46,7 +47,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from distattn.atomic import write_json
+from distattn.atomic import atomic_path, write_json
 from distattn.corpus.ragged import RaggedIds
 from distattn.models import (AttentionOnlyConfig, LMConfig, MaskedLM, MaskedLMConfig, ProjectionMatchedLM,
                              TransformerClassifier, TransformerLM, load_embeddings, seed_classifier_config)
@@ -108,6 +109,14 @@ def concat(*parts: RaggedIds) -> RaggedIds:
     ids = np.concatenate([p.ids for p in parts])
     lengths = np.concatenate([p.lengths for p in parts])
     return RaggedIds(ids, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+
+
+def save_probs(path: Path, probs: dict, val_labels, test_labels, val_idx) -> None:
+    """A row's val/test probabilities with their labels and the val reviews' indices, so that
+    rows from separate runs can be ensembled later (``benchmarks/ensemble_rows.py``)."""
+    with atomic_path(path, suffix=".npz") as tmp:
+        np.savez(tmp, val=probs["val"], test=probs["test"], val_labels=np.asarray(val_labels),
+                 test_labels=np.asarray(test_labels), val_idx=np.asarray(val_idx))
 
 
 def train_val_split(n: int, n_val: int, seed: int = 0):
@@ -491,6 +500,7 @@ def part_best(data, args, device):
             _, evals = cls_data(lm_cfg.max_len, pick["variant"]["truncation"], S["pad_multiple"], reverse)
             clf = TransformerClassifier(classifier_from_lm(lm_cfg, dropout=pick["variant"]["dropout"]))
             picked_probs[name] = best_probs(clf, pick["run_dir"], ClassificationTask(evals["val"], evals), evals)
+        save_probs(args.out / f"probs_{name}.npz", picked_probs[name], y[va_idx], data["test_labels"], va_idx)
         # the saved weights must give the accuracy the pick was made on (a check on best.pt)
         recomputed = float(((picked_probs[name]["val"] >= 0.5) == (y[va_idx] == 1)).mean())
         if abs(recomputed - pick["val"]) > 1e-9:
