@@ -7,7 +7,7 @@
     torchrun --nproc_per_node 2 analyses/train_imdb.py lm --out runs/lm_ddp     # DDP (nccl / gloo)
 
 Data: ``DISTATTN_DATA_DIR`` holding ``aclImdb_v1.tar.gz``; the vocabulary is the 30k most frequent
-words of the train split (``<pad>`` 0, ``<unk>`` 1). Metrics go to ``OUT/metrics.json`` at each epoch;
+words of train+unsup, the statistics layer's (``<pad>`` 0, ``<unk>`` 1; test is never counted). Metrics go to ``OUT/metrics.json`` at each epoch;
 re-running the same command resumes from ``OUT/checkpoint.pt`` (``mlm``: ``OUT/pretrain/`` and
 ``OUT/finetune/``).
 """
@@ -45,7 +45,7 @@ def main():
     args = ap.parse_args()
 
     tc = tokenize_corpus(get_corpus("imdb"))
-    vocab = tc.split("train").vocabulary(max_size=29_998)
+    vocab = tc.split("train+unsup").vocabulary(max_size=29_998)     # the statistics layer's (never test)
     def part(name):
         split = tc.split(name)
         return split.sample(min(args.limit_docs, len(split)), seed=0) if args.limit_docs else split

@@ -202,7 +202,6 @@ def test_one_stored_svd_serves_every_rank_the_stages_ask_for():
 
 
 def test_ppmi_svd_init_takes_leading_components_or_pads():
-    import numpy as np
     from distattn.compare.stages import ppmi_svd_init
     emb = np.arange(12, dtype=np.float32).reshape(3, 4)
     assert np.array_equal(ppmi_svd_init(emb, 2), emb[:, :2])

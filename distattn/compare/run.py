@@ -245,11 +245,11 @@ class _Sections:
 
 
 def _stored_spectrum(svd, X, k: int, name: str):
-    """The top-``k`` spectrum of X and its singular vectors from the statistics stage's SVD
-    (or a fresh one when it holds fewer than ``k`` triplets)."""
+    """The top-``k`` spectrum of X and its singular vectors, from the statistics stage's SVD
+    (:func:`~distattn.compare.stages.svd_ranks` sizes it for the spectrum)."""
     from distattn import analysis as A
     if k > svd.rank:
-        return A.spectrum(X, k, name=name, return_vectors=True)
+        raise ValueError(f"the stored SVD of {name} holds {svd.rank} triplets; the spectrum needs {k}")
     spec = A.Spectrum(np.asarray(svd.s[:k], dtype=np.float64), svd.frobenius_sq, X.shape, k < min(X.shape), name)
     return spec, np.asarray(svd.u[:, :k], dtype=np.float64), np.asarray(svd.vt[:k], dtype=np.float64)
 

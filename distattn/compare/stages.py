@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.preprocessing import normalize
 
 from distattn.atomic import atomic_dir, config_hash, write_json
 from distattn.corpus import EncodedCorpus, RaggedIds, Vocabulary, get_corpus, tokenize_corpus
@@ -143,17 +144,12 @@ class TopSVD:
 
 
 def top_svd(X, rank: int) -> TopSVD:
-    """The leading ``rank`` singular triplets of sparse ``X``: a randomized SVD (float32
-    products) run with ``rank + max(10, rank // 4)`` vectors and cut, so that the last kept
-    triplet is accurate too (the analysis' spectrum convention)."""
-    from distattn.stats.embeddings import truncated_svd
-    full = min(X.shape)
-    rank = max(1, min(rank, full - 1))
-    extra = min(rank + max(10, rank // 4), full - 1)
-    u, s, vt = truncated_svd(X, extra, algorithm="randomized", random_state=0, dtype=np.float32)
-    order = np.argsort(-s, kind="stable")[:rank]
-    return TopSVD(np.ascontiguousarray(u[:, order], dtype=np.float32), np.maximum(s[order], 0.0),
-                  np.ascontiguousarray(vt[order], dtype=np.float32), float(np.sum(np.square(X.data, dtype=np.float64))))
+    """The leading ``rank`` singular triplets of sparse ``X``, computed as
+    :func:`distattn.analysis.spectrum` does (randomized, ``rank + max(10, rank // 4)`` vectors cut
+    to ``rank``, so that the last kept triplet is accurate too), kept in float32."""
+    from distattn.analysis import spectrum
+    spec, u, vt = spectrum(X, max(1, min(rank, min(X.shape) - 1)), return_vectors=True)
+    return TopSVD(u.astype(np.float32), spec.singular_values, vt.astype(np.float32), spec.frobenius_sq)
 
 
 def svd_ranks(sizes, V: int) -> tuple[int, int]:
@@ -201,9 +197,7 @@ def stage_statistics(data: Data, sizes, cache: bool = True) -> Stats:
     P_dir = ppmi(cooccurrence(data.stat_neg, V, window=sizes.window, weighting="harmonic", symmetric=False), cds=0.75)
     svd_P, svd_D = top_svd(P, rank_P), top_svd(P_dir, rank_D)
     dim = clamp_rank(sizes.svd_dim, V)
-    emb = svd_P.u[:, :dim] * np.sqrt(svd_P.s[:dim]).astype(np.float32)        # SVDEmbeddings(eig=0.5)
-    norms = np.linalg.norm(emb, axis=1, keepdims=True)
-    emb = np.divide(emb, norms, out=np.zeros_like(emb), where=norms > 0).astype(np.float32)
+    emb = normalize(svd_P.u[:, :dim] * np.sqrt(svd_P.s[:dim]).astype(np.float32))   # SVDEmbeddings(eig=0.5)
     ids = data.stat_neg.ids
     counts = np.bincount(ids[ids >= 0], minlength=V)
     stats = Stats(S, P, P_dir, emb, counts, key, svd_P, svd_D, time.perf_counter() - t)

@@ -40,7 +40,7 @@ def eval_mode(model: torch.nn.Module):
 
 
 def in_eval_mode(method):
-    """Decorator for a task's ``evaluate(model, ...)``: it runs under :func:`eval_mode` and
+    """Decorator for a task's ``evaluate(model, ...)`` / ``predict(model, ...)``: it runs under :func:`eval_mode` and
     without gradients."""
     @functools.wraps(method)
     def wrapper(self, model, *args, **kwargs):
@@ -78,14 +78,10 @@ class ClassificationTask:
         logits = model(batch["ids"], batch["attention_mask"])
         return F.binary_cross_entropy_with_logits(logits.float(), batch["labels"])
 
-    @torch.no_grad()
+    @in_eval_mode
     def predict(self, model, data: ClassificationData, device, autocast=contextlib.nullcontext) -> np.ndarray:
         """Positive-class probabilities for every document of ``data``, in order (the model in
         evaluation mode, then back in its own)."""
-        with eval_mode(model):
-            return self._predict(model, data, device, autocast)
-
-    def _predict(self, model, data, device, autocast):
         order = np.argsort(-data.lengths, kind="stable")           # little padding
         probs = np.empty(len(data), dtype=np.float64)
         for start in range(0, len(order), self.eval_batch_size):
