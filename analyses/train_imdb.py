@@ -9,7 +9,7 @@
 Data: ``DISTATTN_DATA_DIR`` holding ``aclImdb_v1.tar.gz``; the vocabulary is the 30k most frequent
 words of train+unsup, the statistics layer's (``<pad>`` 0, ``<unk>`` 1; test is never counted). Metrics go to ``OUT/metrics.json`` at each epoch;
 re-running the same command resumes from ``OUT/checkpoint.pt`` (``mlm``: ``OUT/pretrain/`` and
-``OUT/finetune/``).
+``OUT/finetune/``), written at each epoch's end and, with ``--checkpoint-every N``, every N steps.
 """
 
 from __future__ import annotations
@@ -39,10 +39,14 @@ def main():
     ap.add_argument("--batch-size", type=int, default=None, help="default: the recipe's (seed 64, lm 128, mlm 64)")
     ap.add_argument("--finetune-epochs", type=int, default=4, help="mlm: classifier epochs after pretraining")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--checkpoint-every", type=int, default=0,
+                    help="also checkpoint every N steps (default 0: at each epoch's end); a rerun resumes from it")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-steps", type=int, default=None)
     ap.add_argument("--limit-docs", type=int, default=None, help="use a random subset of each split (quick checks)")
     args = ap.parse_args()
+    if args.checkpoint_every < 0:
+        ap.error(f"--checkpoint-every must be an integer >= 0 (0: at each epoch's end only); got {args.checkpoint_every}")
 
     tc = tokenize_corpus(get_corpus("imdb"))
     vocab = tc.split("train+unsup").vocabulary(max_size=29_998)     # the statistics layer's (never test)
@@ -52,11 +56,12 @@ def main():
 
     train, test = part("train").encode(vocab), part("test").encode(vocab)
     batch = {"batch_size": args.batch_size} if args.batch_size else {}
+    ckpt = {"checkpoint_every": args.checkpoint_every}
     seed_everything(args.seed)
     if args.what == "seed":
         model = TransformerClassifier(seed_classifier_config(vocab_size=len(vocab)))
         task = ClassificationTask(ClassificationData(train, max_len=256), {"test": ClassificationData(test, max_len=256)})
-        cfg = seed_train_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps,
+        cfg = seed_train_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps, **ckpt,
                                 **({"epochs": args.epochs} if args.epochs else {}), **batch)
         result = Trainer(model, task, cfg, out_dir=args.out).fit()
         print(json.dumps(result["history"][-1]["eval"], indent=1))
@@ -67,14 +72,14 @@ def main():
         mlm_cfg = MaskedLMConfig(vocab_size=len(vocab) + 1, **shape)          # + [MASK], the last id
         model = MaskedLM(mlm_cfg)
         data = MaskedLMData(part("train+unsup").encode(vocab), seq_len=args.max_len, mask_id=mlm_cfg.mask_token)
-        cfg = lm_train_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps,
+        cfg = lm_train_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps, **ckpt,
                               **({"epochs": args.epochs} if args.epochs else {}), **(batch or {"batch_size": 64}))
         Trainer(model, MaskedLMTask(data), cfg, out_dir=f"{args.out}/pretrain").fit()
         clf = TransformerClassifier(classifier_from_lm(mlm_cfg))
         clf.load_trunk(model)
         task = ClassificationTask(ClassificationData(train, max_len=args.max_len),
                                   {"test": ClassificationData(test, max_len=args.max_len)}, length_grouping=20)
-        cfg = finetune_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps,
+        cfg = finetune_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps, **ckpt,
                               epochs=args.finetune_epochs, **batch)
         result = Trainer(clf, task, cfg, out_dir=f"{args.out}/finetune").fit()
         print(json.dumps(result["history"][-1]["eval"], indent=1))
@@ -83,7 +88,7 @@ def main():
     model = TransformerLM(lm_cfg)
     stream = LMData(part("train+unsup").encode(vocab), seq_len=lm_cfg.max_len)
     task = LMTask(stream, {"test": LMData(test, seq_len=lm_cfg.max_len)}, max_eval_sequences=512)
-    cfg = lm_train_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps,
+    cfg = lm_train_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps, **ckpt,
                           **({"epochs": args.epochs} if args.epochs else {}), **batch)
     Trainer(model, task, cfg, out_dir=args.out).fit()
     rank, _, _ = setup_distributed()

@@ -34,13 +34,15 @@ def run(args, archive, cache):
 def test_train_imdb_recipes_run_and_resume(what, imdb_archive, shared_cache, tmp_path):
     out = tmp_path / what
     args = [what, "--out", str(out), *([] if what == "seed" else TINY),
-            *(["--limit-docs", "40", "--max-steps", "2", "--batch-size", "8"] if what == "seed" else [])]
+            *(["--limit-docs", "40", "--max-steps", "2", "--batch-size", "8"] if what == "seed" else []),
+            *(["--checkpoint-every", "1"] if what != "lm" else [])]
     run(args, imdb_archive, shared_cache)
     runs = {"seed": [out], "lm": [out], "mlm": [out / "pretrain", out / "finetune"]}[what]
     for d in runs:
         metrics = json.loads((d / "metrics.json").read_text())
         assert metrics["summary"]["steps"] > 0
         assert (d / "checkpoint.pt").exists()
+        assert metrics["train_config"]["checkpoint_every"] == (0 if what == "lm" else 1)
     if what == "lm":
         report = json.loads((out / "test_next_token.json").read_text())
         assert report["n_predictions"] > 0 and report["perplexity"] > 1
@@ -55,6 +57,13 @@ def test_train_imdb_recipes_run_and_resume(what, imdb_archive, shared_cache, tmp
         after = json.loads((d / "metrics.json").read_text())["summary"]
         assert after["steps"] == before[d]["steps"] and after["tokens"] == before[d]["tokens"]
         assert before[d]["steady_tokens_per_s"] is not None and after["steady_tokens_per_s"] is None
+
+
+def test_train_imdb_refuses_a_negative_checkpoint_interval(tmp_path):
+    res = subprocess.run([sys.executable, str(SCRIPT), "seed", "--out", str(tmp_path / "x"), "--checkpoint-every", "-2"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--checkpoint-every must be an integer >= 0" in res.stderr and "got -2" in res.stderr
+    assert not (tmp_path / "x").exists()
 
 
 def test_split_effect_proxy_runs_on_a_slice(imdb_archive, tmp_path):

@@ -188,6 +188,29 @@ def test_resume_continues_a_finished_run_without_training(tmp_path):
     assert [h["train_loss"] for h in second["history"]] == [h["train_loss"] for h in first["history"]]
 
 
+def test_checkpoint_frequency_is_runtime_only(tmp_path):
+    """A run checkpointed under one checkpoint_every resumes under another, and so does a checkpoint
+    written before checkpoint_every left the fingerprint; a setting that changes the result still refuses."""
+    docs, y = toy_docs(16)
+    task = ClassificationTask(ClassificationData(docs, y, max_len=16))
+    first = Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8), out_dir=tmp_path).fit()
+    again = Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8, checkpoint_every=1), out_dir=tmp_path).fit()
+    assert again["summary"]["steps"] == first["summary"]["steps"] == 4 and again["summary"]["tokens"] == \
+        first["summary"]["tokens"]
+    assert again["summary"]["steady_tokens_per_s"] is None              # resumed: nothing was trained again
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert "checkpoint_every" not in ckpt["fingerprint"]["train"]
+    ckpt["fingerprint"]["train"]["checkpoint_every"] = 0               # as older checkpoints hold it
+    torch.save(ckpt, tmp_path / "checkpoint.pt")
+    old = Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8, checkpoint_every=3), out_dir=tmp_path).fit()
+    assert old["summary"]["steps"] == 4 and old["summary"]["steady_tokens_per_s"] is None
+    load_checkpoint(tmp_path / "checkpoint.pt", tiny_classifier(),
+                    {"train": quiet(epochs=2, batch_size=8, checkpoint_every=5).to_dict()} | {
+                        "model": Trainer(tiny_classifier(), task, quiet()).fingerprint()["model"]})
+    with pytest.raises(CheckpointMismatchError, match=r"train.max_steps: checkpoint None, this run 3"):
+        Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8, max_steps=3), out_dir=tmp_path).fit()
+
+
 KILL_SCRIPT = textwrap.dedent("""
     import sys, time, numpy as np, torch
     torch.set_num_threads(1)

@@ -40,7 +40,9 @@ DECAYS = ("matrices", "all")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CHECKPOINT_FORMAT = 1
 # settings that may change between a run and its resumption
-RUNTIME_ONLY = ("device", "compile", "progress", "log_every", "resume")
+# settings that change how a run is carried out but not what it computes: a checkpoint written under
+# one value resumes under another (e.g. a longer run resumed with more frequent checkpoints)
+RUNTIME_ONLY = ("device", "compile", "progress", "log_every", "resume", "checkpoint_every")
 
 __all__ = ["TrainConfig", "Trainer", "CheckpointMismatchError", "pick_device", "seed_everything", "lr_factor",
            "setup_distributed", "load_checkpoint", "save_model", "load_model"]
@@ -199,6 +201,13 @@ def check_fingerprint(found: dict, expected: dict, path) -> None:
                                       f"Use another out_dir, delete the checkpoint, or set resume=False.")
 
 
+def _without_runtime(fingerprint: dict) -> dict:
+    """``fingerprint`` without the RUNTIME_ONLY train settings (older checkpoints still hold some of them)."""
+    if not isinstance(fingerprint.get("train"), dict):
+        return fingerprint
+    return {**fingerprint, "train": {k: v for k, v in fingerprint["train"].items() if k not in RUNTIME_ONLY}}
+
+
 def save_model(model: nn.Module, path) -> None:
     """Weights and model config, written atomically (``torch.save``)."""
     with atomic_path(path) as tmp:
@@ -228,8 +237,8 @@ def load_checkpoint(path, model: nn.Module, expected_fingerprint: dict | None = 
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or "fingerprint" not in ckpt:
         raise ValueError(f"{path} is not a distattn training checkpoint (format {CHECKPOINT_FORMAT})")
     expected = expected_fingerprint or {"model": _model_config(model)}
-    found = {k: ckpt["fingerprint"].get(k) for k in expected}
-    check_fingerprint(found, expected, path)
+    found = {k: _without_runtime(ckpt["fingerprint"]).get(k) for k in expected}
+    check_fingerprint(found, _without_runtime(expected), path)
     _unwrap(model).load_state_dict(ckpt["model"])
     return ckpt
 
@@ -324,7 +333,7 @@ class Trainer:
             ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
             if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
                 raise CheckpointMismatchError(f"{ckpt_path} is not a distattn checkpoint of format {CHECKPOINT_FORMAT}")
-            check_fingerprint(ckpt["fingerprint"], self.fingerprint(), ckpt_path)
+            check_fingerprint(_without_runtime(ckpt["fingerprint"]), self.fingerprint(), ckpt_path)
             raw.load_state_dict(ckpt["model"])
             opt.load_state_dict(ckpt["optimizer"])
             state = _State(**ckpt["state"])
