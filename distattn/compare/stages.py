@@ -304,8 +304,7 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     """Train (or load) one model. The stage directory holds the trainer's resumable
     ``checkpoint.pt`` while training, then ``model.pt`` and ``done.json``."""
     from distattn.train import Trainer, load_model, save_model
-    from distattn.train.engine import RUNTIME_ONLY
-    key_material = dict(key_material, train={k: v for k, v in train_cfg.to_dict().items() if k not in RUNTIME_ONLY})
+    key_material = dict(key_material, train=train_cfg.fingerprint())
     d, _ = stage_dir(f"train-{name}", key_material)
     if cache and (d / "done.json").exists():
         return Trained(name, load_model(d / "model.pt"), json.loads((d / "done.json").read_text()), d / "model.pt")

@@ -39,7 +39,6 @@ PRECISIONS = ("auto", "bf16", "fp32")
 DECAYS = ("matrices", "all")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CHECKPOINT_FORMAT = 1
-# settings that may change between a run and its resumption
 # settings that change how a run is carried out but not what it computes: a checkpoint written under
 # one value resumes under another (e.g. a longer run resumed with more frequent checkpoints)
 RUNTIME_ONLY = ("device", "compile", "progress", "log_every", "resume", "checkpoint_every")
@@ -113,6 +112,14 @@ class TrainConfig:
         d = dataclasses.asdict(self)
         d["betas"] = list(d["betas"])
         return d
+
+    def fingerprint(self) -> dict:
+        """The settings that decide what a run computes: ``to_dict()`` less RUNTIME_ONLY."""
+        return _result_settings(self.to_dict())
+
+
+def _result_settings(train: dict) -> dict:
+    return {k: v for k, v in train.items() if k not in RUNTIME_ONLY}
 
 
 # -- small helpers -------------------------------------------------------------------------------
@@ -205,7 +212,7 @@ def _without_runtime(fingerprint: dict) -> dict:
     """``fingerprint`` without the RUNTIME_ONLY train settings (older checkpoints still hold some of them)."""
     if not isinstance(fingerprint.get("train"), dict):
         return fingerprint
-    return {**fingerprint, "train": {k: v for k, v in fingerprint["train"].items() if k not in RUNTIME_ONLY}}
+    return {**fingerprint, "train": _result_settings(fingerprint["train"])}
 
 
 def save_model(model: nn.Module, path) -> None:
@@ -277,8 +284,7 @@ class Trainer:
         self.callbacks = list(callbacks)
 
     def fingerprint(self) -> dict:
-        train = {k: v for k, v in self.config.to_dict().items() if k not in RUNTIME_ONLY}
-        return {"model": _model_config(self.model), "train": train, "task": self.task.fingerprint()}
+        return {"model": _model_config(self.model), "train": self.config.fingerprint(), "task": self.task.fingerprint()}
 
     # checkpoints
     def _save(self, raw, opt, state: _State, rank: int) -> None:
