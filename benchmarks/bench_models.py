@@ -27,6 +27,7 @@ SXM bf16 dense peak. The fp32 baseline's MFU is quoted against the same peak.
     python benchmarks/bench_models.py --part seed --out /tmp/bench        # on a GPU
     python benchmarks/bench_models.py --smoke --out /tmp/bench            # CPU check of every code path
     python benchmarks/bench_models.py --part best --rows F --set pre_epochs=12   # one size changed
+    python benchmarks/bench_models.py --part seedsplit --set 'seedsplit_splits=["random_25k_25k"]'   # one split
 
 ``--set KEY=JSON`` overrides one entry of ``SIZES`` (checked against its default's kind; the
 overrides are recorded in every result's ``info``).
@@ -339,6 +340,11 @@ def part_seedvar(data, args, device):
     return out
 
 
+def seed_splits(n: int) -> dict:
+    """The random splits ``seedsplit`` can run, as (n_train, n_test) of ``n`` labelled reviews."""
+    return {"random_25k_25k": (n // 2, n // 2), "random_40k_10k": (n * 4 // 5, n // 5)}
+
+
 def part_seedsplit(data, args, device):
     """The seed recipe on random splits of the 50k labelled reviews, as the seed's Kaggle copy of
     IMDB is usually split (reviews of one movie on both sides), beside the official split: how
@@ -349,8 +355,9 @@ def part_seedsplit(data, args, device):
     perm = np.random.default_rng(42).permutation(len(y))
     mcfg = seed_classifier_config(vocab_size=30_000, **S["seed_model"])
     out = {"runs": [], "vocab_from": data["vocab_from"]}
-    for name, n_train, n_test in (("random_25k_25k", len(y) // 2, len(y) // 2),
-                                  ("random_40k_10k", len(y) * 4 // 5, len(y) // 5)):
+    splits = seed_splits(len(y))
+    for name in S["seedsplit_splits"]:
+        n_train, n_test = splits[name]
         tr, te = np.sort(perm[:n_train]), np.sort(perm[len(y) - n_test:])
         train = ClassificationData(docs.take(tr), y[tr], max_len=S["seed_len"])
         test = ClassificationData(docs.take(te), y[te], max_len=S["seed_len"])
@@ -570,6 +577,7 @@ SIZES = {
                  pre_model=dict(d_model=512, n_layers=4, n_heads=8, max_len=512, dropout=0.1),
                  pre_batch=64, pre_epochs=6, mlm_epochs=10, pre_lr=1e-3, ft_epochs=4, ft_lrs=(1e-4, 3e-4), ft_truncation="head",
                  max_steps=None, max_predictions=None, extra_seeds=(1, 2), mfu_steps=150, pad_multiple=32,
+                 seedsplit_splits=("random_25k_25k", "random_40k_10k"),
                  ft_variants=(dict(lr=5e-5, epochs=3, truncation="head+tail"),
                               dict(lr=1e-4, epochs=2, dropout=0.2, truncation="head+tail", seed=1),
                               dict(lr=1e-4, epochs=3, seed=2)),
@@ -582,6 +590,7 @@ SIZES = {
                   pre_model=dict(d_model=32, n_layers=1, n_heads=4, d_ff=64, max_len=48, dropout=0.1),
                   pre_batch=16, pre_epochs=1, mlm_epochs=1, pre_lr=1e-3, ft_epochs=1, ft_lrs=(1e-4, 3e-4), ft_truncation="head",
                   max_steps=12, max_predictions=2000, extra_seeds=(1,), mfu_steps=6, mfu_variants=((16, False),),
+                  seedsplit_splits=("random_25k_25k", "random_40k_10k"),
                   pad_multiple=8, ft_variants=(dict(lr=5e-5, epochs=1, truncation="head+tail"), dict(lr=1e-4, epochs=1))),
 }
 
@@ -607,6 +616,9 @@ def parse_overrides(items: list[str], sizes: dict) -> dict:
         if default is not None and (not isinstance(value, kinds) or (isinstance(value, bool) and kinds is int)):
             raise SystemExit(f"--set {item!r}: {key} takes a {type(default).__name__} like {default!r}")
         out[key] = value
+    unknown = [n for n in out.get("seedsplit_splits", ()) if n not in seed_splits(2)]
+    if unknown:
+        raise SystemExit(f"--set seedsplit_splits: unknown split(s) {unknown}; known: {sorted(seed_splits(2))}")
     return out
 
 

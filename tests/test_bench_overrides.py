@@ -19,6 +19,8 @@ def test_overrides_parse_to_the_defaults_kinds():
                                         'compile="max-autotune"', "mfu_variants=[[512, true]]"], FULL)
     assert got == {"pre_epochs": 12, "pre_lr": 1e-3, "ft_lrs": (0.0001, 0.0003), "compile": "max-autotune",
                    "mfu_variants": ((512, True),)}
+    assert bench_models.parse_overrides(['seedsplit_splits=["random_25k_25k"]'], FULL) == {
+        "seedsplit_splits": ("random_25k_25k",)}
     assert bench_models.parse_overrides([], FULL) == {}
 
 
@@ -29,6 +31,7 @@ def test_overrides_parse_to_the_defaults_kinds():
     ("pre_epochs=2.5", "takes a int like 6"),
     ("pre_epochs=true", "takes a int like 6"),
     ("ft_truncation=3", "takes a str like 'head'"),
+    ('seedsplit_splits=["random_1k"]', r"unknown split\(s\) \['random_1k'\]; known: \['random_25k_25k'"),
 ])
 def test_bad_overrides_name_the_value_and_what_is_allowed(item, message):
     with pytest.raises(SystemExit, match=message):
