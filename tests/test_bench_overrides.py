@@ -36,3 +36,26 @@ def test_overrides_parse_to_the_defaults_kinds():
 def test_bad_overrides_name_the_value_and_what_is_allowed(item, message):
     with pytest.raises(SystemExit, match=message):
         bench_models.parse_overrides([item], FULL)
+
+
+def test_seedsplit_runs_only_the_chosen_splits(tmp_path):
+    """``seedsplit_splits`` picks which random splits of train+test the seed recipe runs (tiny sizes)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from distattn.corpus.ragged import RaggedIds
+
+    rng = np.random.default_rng(0)
+
+    def docs(n):
+        lengths = rng.integers(3, 12, n)
+        return RaggedIds(rng.integers(2, 50, lengths.sum()).astype(np.int32),
+                         np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+    data = {"train": docs(40), "test": docs(40), "train_labels": np.tile([0, 1], 20), "test_labels": np.tile([0, 1], 20),
+            "vocab_from": "train+unsup"}
+    sizes = {**bench_models.SIZES["smoke"], **bench_models.parse_overrides(['seedsplit_splits=["random_40k_10k"]'],
+                                                                          bench_models.SIZES["smoke"])}
+    out = bench_models.part_seedsplit(data, SimpleNamespace(sizes=sizes, runs=tmp_path), bench_models.torch.device("cpu"))
+    assert [(r["split"], r["n_train"], r["n_test"]) for r in out["runs"]] == [("random_40k_10k", 64, 16)]
+    assert len(out["runs"][0]["test_accuracy_per_epoch"]) == sizes["seed_epochs"]
