@@ -28,6 +28,7 @@ SXM bf16 dense peak. The fp32 baseline's MFU is quoted against the same peak.
     python benchmarks/bench_models.py --smoke --out /tmp/bench            # CPU check of every code path
     python benchmarks/bench_models.py --part best --rows F --set pre_epochs=12   # one size changed
     python benchmarks/bench_models.py --part seedsplit --set 'seedsplit_splits=["random_25k_25k"]'   # one split
+    python benchmarks/bench_models.py --part seedsplit --set 'seedsplit_seeds=[1, 2]'   # other model seeds
 
 ``--set KEY=JSON`` overrides one entry of ``SIZES`` (checked against its default's kind; the
 overrides are recorded in every result's ``info``).
@@ -363,15 +364,17 @@ def part_seedsplit(data, args, device):
         test = ClassificationData(docs.take(te), y[te], max_len=S["seed_len"])
         if not out["runs"]:
             warm_up_classifier(mcfg, train, test, device)
-        seed_everything(0)
-        t = time.perf_counter()
-        res = Trainer(TransformerClassifier(mcfg), ClassificationTask(train, {"test": test}),
-                      seed_train_config(epochs=S["seed_epochs"], progress=False),
-                      out_dir=args.runs / f"seedsplit_{name}").fit()
-        accs = [h["eval"]["test"]["accuracy"] for h in res["history"]]
-        out["runs"].append({"split": name, "n_train": int(n_train), "n_test": int(n_test), "test_accuracy": accs[-1],
-                            "test_accuracy_per_epoch": accs, "wall_seconds": time.perf_counter() - t})
-        log(f"seed classifier on a {name} split: test accuracy {accs[-1]:.4f}")
+        for seed in S["seedsplit_seeds"]:       # the model's seed; the split stays the seed-42 shuffle
+            seed_everything(seed)
+            t = time.perf_counter()
+            res = Trainer(TransformerClassifier(mcfg), ClassificationTask(train, {"test": test}),
+                          seed_train_config(epochs=S["seed_epochs"], seed=seed, progress=False),
+                          out_dir=args.runs / (f"seedsplit_{name}" + (f"_s{seed}" if seed else ""))).fit()
+            accs = [h["eval"]["test"]["accuracy"] for h in res["history"]]
+            out["runs"].append({"split": name, "seed": int(seed), "n_train": int(n_train), "n_test": int(n_test),
+                                "test_accuracy": accs[-1], "test_accuracy_per_epoch": accs,
+                                "wall_seconds": time.perf_counter() - t})
+            log(f"seed classifier on a {name} split, seed {seed}: test accuracy {accs[-1]:.4f}")
     return out
 
 
@@ -577,7 +580,7 @@ SIZES = {
                  pre_model=dict(d_model=512, n_layers=4, n_heads=8, max_len=512, dropout=0.1),
                  pre_batch=64, pre_epochs=6, mlm_epochs=10, pre_lr=1e-3, ft_epochs=4, ft_lrs=(1e-4, 3e-4), ft_truncation="head",
                  max_steps=None, max_predictions=None, extra_seeds=(1, 2), mfu_steps=150, pad_multiple=32,
-                 seedsplit_splits=("random_25k_25k", "random_40k_10k"),
+                 seedsplit_splits=("random_25k_25k", "random_40k_10k"), seedsplit_seeds=(0,),
                  ft_variants=(dict(lr=5e-5, epochs=3, truncation="head+tail"),
                               dict(lr=1e-4, epochs=2, dropout=0.2, truncation="head+tail", seed=1),
                               dict(lr=1e-4, epochs=3, seed=2)),
@@ -590,7 +593,7 @@ SIZES = {
                   pre_model=dict(d_model=32, n_layers=1, n_heads=4, d_ff=64, max_len=48, dropout=0.1),
                   pre_batch=16, pre_epochs=1, mlm_epochs=1, pre_lr=1e-3, ft_epochs=1, ft_lrs=(1e-4, 3e-4), ft_truncation="head",
                   max_steps=12, max_predictions=2000, extra_seeds=(1,), mfu_steps=6, mfu_variants=((16, False),),
-                  seedsplit_splits=("random_25k_25k", "random_40k_10k"),
+                  seedsplit_splits=("random_25k_25k", "random_40k_10k"), seedsplit_seeds=(0,),
                   pad_multiple=8, ft_variants=(dict(lr=5e-5, epochs=1, truncation="head+tail"), dict(lr=1e-4, epochs=1))),
 }
 

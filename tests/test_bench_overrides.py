@@ -57,5 +57,32 @@ def test_seedsplit_runs_only_the_chosen_splits(tmp_path):
     sizes = {**bench_models.SIZES["smoke"], **bench_models.parse_overrides(['seedsplit_splits=["random_40k_10k"]'],
                                                                           bench_models.SIZES["smoke"])}
     out = bench_models.part_seedsplit(data, SimpleNamespace(sizes=sizes, runs=tmp_path), bench_models.torch.device("cpu"))
-    assert [(r["split"], r["n_train"], r["n_test"]) for r in out["runs"]] == [("random_40k_10k", 64, 16)]
+    assert [(r["split"], r["seed"], r["n_train"], r["n_test"]) for r in out["runs"]] == [("random_40k_10k", 0, 64, 16)]
     assert len(out["runs"][0]["test_accuracy_per_epoch"]) == sizes["seed_epochs"]
+
+
+def test_seedsplit_seeds_train_one_model_per_seed_on_the_same_split(tmp_path):
+    """``seedsplit_seeds`` runs the seed recipe once per model seed on one fixed split, each in its own run
+    directory; the same seed twice gives the same accuracies, another seed its own run."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from distattn.corpus.ragged import RaggedIds
+
+    rng = np.random.default_rng(1)
+
+    def docs(n):
+        lengths = rng.integers(3, 12, n)
+        return RaggedIds(rng.integers(2, 50, lengths.sum()).astype(np.int32),
+                         np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+    data = {"train": docs(80), "test": docs(80), "train_labels": np.tile([0, 1], 40), "test_labels": np.tile([0, 1], 40),
+            "vocab_from": "train+unsup"}
+    smoke = bench_models.SIZES["smoke"]
+    sizes = {**smoke, **bench_models.parse_overrides(['seedsplit_splits=["random_25k_25k"]', "seedsplit_seeds=[0, 3, 0]"],
+                                                     smoke)}
+    out = bench_models.part_seedsplit(data, SimpleNamespace(sizes=sizes, runs=tmp_path), bench_models.torch.device("cpu"))
+    runs = out["runs"]
+    assert [(r["split"], r["seed"], r["n_train"]) for r in runs] == [("random_25k_25k", s, 80) for s in (0, 3, 0)]
+    assert runs[0]["test_accuracy_per_epoch"] == runs[2]["test_accuracy_per_epoch"]
+    assert (tmp_path / "seedsplit_random_25k_25k").is_dir() and (tmp_path / "seedsplit_random_25k_25k_s3").is_dir()
