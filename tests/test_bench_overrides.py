@@ -32,57 +32,61 @@ def test_overrides_parse_to_the_defaults_kinds():
     ("pre_epochs=true", "takes a int like 6"),
     ("ft_truncation=3", "takes a str like 'head'"),
     ('seedsplit_splits=["random_1k"]', r"unknown split\(s\) \['random_1k'\]; known: \['random_25k_25k'"),
+    ("seedsplit_seeds=[0, 3, 0]", r"seedsplit_seeds: \[0, 3, 0\] must be distinct non-negative integers"),
+    ("seedsplit_seeds=[-1]", r"seedsplit_seeds: \[-1\] must be distinct"),
+    ("seedsplit_seeds=[1.5]", r"seedsplit_seeds: \[1.5\] must be distinct"),
 ])
 def test_bad_overrides_name_the_value_and_what_is_allowed(item, message):
     with pytest.raises(SystemExit, match=message):
         bench_models.parse_overrides([item], FULL)
 
 
-def test_seedsplit_runs_only_the_chosen_splits(tmp_path):
-    """``seedsplit_splits`` picks which random splits of train+test the seed recipe runs (tiny sizes)."""
-    from types import SimpleNamespace
-
+def _labelled(n_train: int, n_test: int, seed: int = 0) -> dict:
+    """Tiny random prepared arrays in the shape ``part_seedsplit`` reads (alternating labels)."""
     import numpy as np
 
     from distattn.corpus.ragged import RaggedIds
 
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
 
     def docs(n):
         lengths = rng.integers(3, 12, n)
         return RaggedIds(rng.integers(2, 50, lengths.sum()).astype(np.int32),
                          np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
-    data = {"train": docs(40), "test": docs(40), "train_labels": np.tile([0, 1], 20), "test_labels": np.tile([0, 1], 20),
-            "vocab_from": "train+unsup"}
-    sizes = {**bench_models.SIZES["smoke"], **bench_models.parse_overrides(['seedsplit_splits=["random_40k_10k"]'],
-                                                                          bench_models.SIZES["smoke"])}
-    out = bench_models.part_seedsplit(data, SimpleNamespace(sizes=sizes, runs=tmp_path), bench_models.torch.device("cpu"))
+    return {"train": docs(n_train), "test": docs(n_test), "train_labels": np.arange(n_train) % 2,
+            "test_labels": np.arange(n_test) % 2, "vocab_from": "train+unsup"}
+
+
+def _seedsplit(data, runs, *overrides):
+    from types import SimpleNamespace
+
+    smoke = bench_models.SIZES["smoke"]
+    sizes = {**smoke, **bench_models.parse_overrides(list(overrides), smoke)}
+    return sizes, bench_models.part_seedsplit(data, SimpleNamespace(sizes=sizes, runs=runs),
+                                              bench_models.torch.device("cpu"))
+
+
+def test_seedsplit_runs_only_the_chosen_splits(tmp_path):
+    """``seedsplit_splits`` picks which random splits of train+test the seed recipe runs (tiny sizes)."""
+    sizes, out = _seedsplit(_labelled(40, 40), tmp_path, 'seedsplit_splits=["random_40k_10k"]')
     assert [(r["split"], r["seed"], r["n_train"], r["n_test"]) for r in out["runs"]] == [("random_40k_10k", 0, 64, 16)]
     assert len(out["runs"][0]["test_accuracy_per_epoch"]) == sizes["seed_epochs"]
 
 
 def test_seedsplit_seeds_train_one_model_per_seed_on_the_same_split(tmp_path):
-    """``seedsplit_seeds`` runs the seed recipe once per model seed on one fixed split, each in its own run
-    directory; the same seed twice gives the same accuracies, another seed its own run."""
-    from types import SimpleNamespace
+    """``seedsplit_seeds`` trains one model per seed on one fixed split, each in its own run directory:
+    another seed trains another model; the same seed in a fresh directory trains the same one again."""
+    import json
 
-    import numpy as np
+    data = _labelled(80, 80, seed=1)
+    split = 'seedsplit_splits=["random_25k_25k"]'
+    _, out = _seedsplit(data, tmp_path / "a", split, "seedsplit_seeds=[0, 3]")
+    assert [(r["split"], r["seed"], r["n_train"]) for r in out["runs"]] == [("random_25k_25k", s, 80) for s in (0, 3)]
 
-    from distattn.corpus.ragged import RaggedIds
-
-    rng = np.random.default_rng(1)
-
-    def docs(n):
-        lengths = rng.integers(3, 12, n)
-        return RaggedIds(rng.integers(2, 50, lengths.sum()).astype(np.int32),
-                         np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
-    data = {"train": docs(80), "test": docs(80), "train_labels": np.tile([0, 1], 40), "test_labels": np.tile([0, 1], 40),
-            "vocab_from": "train+unsup"}
-    smoke = bench_models.SIZES["smoke"]
-    sizes = {**smoke, **bench_models.parse_overrides(['seedsplit_splits=["random_25k_25k"]', "seedsplit_seeds=[0, 3, 0]"],
-                                                     smoke)}
-    out = bench_models.part_seedsplit(data, SimpleNamespace(sizes=sizes, runs=tmp_path), bench_models.torch.device("cpu"))
-    runs = out["runs"]
-    assert [(r["split"], r["seed"], r["n_train"]) for r in runs] == [("random_25k_25k", s, 80) for s in (0, 3, 0)]
-    assert runs[0]["test_accuracy_per_epoch"] == runs[2]["test_accuracy_per_epoch"]
-    assert (tmp_path / "seedsplit_random_25k_25k").is_dir() and (tmp_path / "seedsplit_random_25k_25k_s3").is_dir()
+    def losses(run_dir):
+        return [h["train_loss"] for h in json.loads((run_dir / "metrics.json").read_text())["history"]]
+    first, other = tmp_path / "a" / "seedsplit_random_25k_25k", tmp_path / "a" / "seedsplit_random_25k_25k_s3"
+    assert losses(first) != losses(other)
+    _, again = _seedsplit(data, tmp_path / "b", split, "seedsplit_seeds=[0]")
+    assert losses(tmp_path / "b" / "seedsplit_random_25k_25k") == losses(first)
+    assert again["runs"][0]["test_accuracy_per_epoch"] == out["runs"][0]["test_accuracy_per_epoch"]
