@@ -61,9 +61,12 @@ def test_text_corpus_run_then_warm_rerun(tmp_path, capsys):
     positions = {r["positions"] for r in metrics["next_token"]}
     assert len(positions) == 1                      # every row scored on the same test positions
     assert 0.0 <= metrics["classifier"]["test_accuracy"] <= 1.0
+    assert metrics["classifier"]["epochs"] == 5               # quick profile: the seed's 5 epochs, a smaller model
+    assert metrics["classifier"]["config"].endswith("; 5 epochs") and "d_model 64" in metrics["classifier"]["config"]
     best = metrics["classifier_best"]
     assert 0.0 <= best["test_accuracy"] <= 1.0 and 0.0 <= best["val_accuracy"] <= 1.0
-    assert 1 <= best["best_epoch"] <= 2 and best["val_docs"] >= 2     # quick profile: 2 epochs
+    assert best["epochs"] == 2 and 1 <= best["best_epoch"] <= 2 and best["val_docs"] >= 2   # quick: best in 2 epochs
+    assert f"epoch {best['best_epoch']} of 2 picked" in best["config"]
     assert "PPMI-SVD" in (first / "report.html").read_text()
     config = json.loads((first / "config.json").read_text())
     assert config["seed"] == 0 and config["profile"] == "quick" and "torch" in config["versions"]

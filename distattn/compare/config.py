@@ -29,8 +29,9 @@ class Sizes:
     clf_train_docs: int | None       # classifier training reviews (train split)
     clf_test_docs: int | None        # classifier test reviews (test split)
     clf_model: dict = field(default_factory=dict)   # overrides of the seed classifier config
-    clf_epochs: int = 5
+    clf_epochs: int = 5              # the seed's
     clf_lr: float = 2e-4             # the seed's; the quick profile's tiny model needs more
+    best_clf_epochs: int | None = None   # the best recipe's epochs (None: clf_epochs), the best one picked on val
     lm_docs: int | None = None       # LM training reviews (train+unsup)
     lm_model: dict = field(default_factory=dict)
     lm_steps: int | None = None
@@ -45,7 +46,8 @@ class Sizes:
 PROFILE_SIZES = {
     "quick": Sizes(vocab_size=10_000, window=10, svd_dim=64, eval_docs=200, val_docs=40, eval_len=96,
                    asym_rank=64, heads=(4, 16), clf_train_docs=4_000, clf_test_docs=2_000,
-                   clf_model=dict(d_model=64, n_heads=4, max_len=128), clf_epochs=2, clf_lr=1e-3,
+                   clf_model=dict(d_model=64, n_heads=4, max_len=128), clf_epochs=5, clf_lr=1e-3,
+                   best_clf_epochs=2,
                    lm_docs=5_000, lm_model=dict(d_model=64, n_layers=2, n_heads=4, max_len=96), lm_steps=120,
                    lm_batch=16, attn_model=dict(d_model=64, n_heads=1, max_len=96), analysis_seqs=40,
                    analysis_len=48, top_words=500, spectrum_k=64),

@@ -105,18 +105,22 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
             models = _stage("models", timings, stage_models, data, stats, sizes, device, cfg.seed, cache, progress)
         metrics["next_token"] = rows + [_lm_row(name, m) for name, m in models.items() if "next_token" in m.metrics]
         if "classifier" in models:
-            metrics["classifier"] = {"test_accuracy": models["classifier"].metrics.get("test_accuracy"),
-                                     "train_seconds": models["classifier"].metrics.get("train_seconds"),
-                                     "config": "seed architecture (000_48942d33924f2728.txt)"
-                                               + ("" if profile == "full" else ", scaled down for the quick profile")}
+            seed_clf = models["classifier"]
+            scaled = ("" if profile == "full" else
+                      f", scaled down for the quick profile ({_scaled(sizes, seed_clf.model)})")
+            metrics["classifier"] = {
+                "test_accuracy": seed_clf.metrics.get("test_accuracy"),
+                "train_seconds": seed_clf.metrics.get("train_seconds"), "epochs": seed_clf.metrics.get("epochs"),
+                "config": (f"seed architecture (000_48942d33924f2728.txt){scaled}; "
+                           f"{seed_clf.metrics.get('epochs')} epochs")}
         if "classifier_best" in models:
             m = models["classifier_best"].metrics
             metrics["classifier_best"] = {
                 k: m.get(k) for k in ("test_accuracy", "val_accuracy", "best_epoch", "train_seconds", "val_docs",
-                                      "train_docs")}
+                                      "train_docs", "epochs")}
             metrics["classifier_best"]["config"] = (
                 "seed architecture, token embeddings initialised from this run's PPMI-SVD vectors; epoch "
-                f"{m.get('best_epoch')} picked on {m.get('val_docs')} held-out train reviews")
+                f"{m.get('best_epoch')} of {m.get('epochs')} picked on {m.get('val_docs')} held-out train reviews")
         for name, m in models.items():
             dst = run_dir / "checkpoints" / f"{name}.pt"
             try:
@@ -131,6 +135,13 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
     from distattn.compare.report import write_report
     write_report(run_dir, env, metrics)
     return run_dir
+
+
+def _scaled(sizes, model) -> str:
+    """How the quick profile's classifier differs from the seed's, for the report."""
+    docs = f"{sizes.clf_train_docs:,}" if sizes.clf_train_docs else "all"
+    return (f"d_model {model.config.d_model}, max_len {model.config.max_len}, {docs} train reviews, "
+            f"lr {sizes.clf_lr:g}")
 
 
 def _bar(items, desc):

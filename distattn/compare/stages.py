@@ -355,7 +355,8 @@ def _best_classifier(data: Data, stats: Stats, sizes, mcfg, device, seed: int, c
              "test": ClassificationData(data.clf_test.tokens, data.clf_test.labels, max_len=mcfg.max_len)}
     seed_everything(seed)
     model = load_embeddings(TransformerClassifier(mcfg), ppmi_svd_init(stats.embeddings, mcfg.d_model))
-    tcfg = seed_train_config(epochs=sizes.clf_epochs, progress=progress, device=device.type, seed=seed,
+    epochs = sizes.best_clf_epochs or sizes.clf_epochs
+    tcfg = seed_train_config(epochs=epochs, progress=progress, device=device.type, seed=seed,
                              checkpoint_every=50, batch_size=_batch(64, len(train)), lr=sizes.clf_lr,
                              select_on="val/accuracy", save_best=True)
     trained = _train("classifier_best", model, ClassificationTask(train, evals), tcfg,
@@ -363,7 +364,7 @@ def _best_classifier(data: Data, stats: Stats, sizes, mcfg, device, seed: int, c
     best = trained.metrics.get("best") or {}
     trained.metrics.update(test_accuracy=best.get("eval", {}).get("test", {}).get("accuracy"),
                            val_accuracy=best.get("value"), best_epoch=best.get("epoch"), val_docs=n_val,
-                           train_docs=len(tr), batch_size=tcfg.batch_size)
+                           train_docs=len(tr), batch_size=tcfg.batch_size, epochs=epochs)
     return trained
 
 
@@ -396,6 +397,7 @@ def stage_models(data: Data, stats: Stats, sizes, device, seed: int, cache: bool
         hist = out["classifier"].metrics["history"]
         out["classifier"].metrics["test_accuracy"] = hist[-1]["eval"]["test"]["accuracy"] if hist else None
         out["classifier"].metrics["batch_size"] = tcfg.batch_size
+        out["classifier"].metrics["epochs"] = tcfg.epochs
         if len(train) >= 20:          # enough labelled reviews to hold some out for picking the epoch
             out["classifier_best"] = _best_classifier(data, stats, sizes, mcfg, device, seed, common, cache, progress)
         else:
