@@ -224,3 +224,18 @@ def test_too_few_labelled_documents_skip_only_the_best_classifier(tmp_path, caps
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert "classifier" in metrics and "classifier_best" not in metrics
     assert not (run_dir / "checkpoints" / "classifier_best.pt").exists()
+
+
+def test_command_line_is_pasteable():
+    from distattn.compare.run import command_line
+    assert command_line(["/site/distattn/compare/__main__.py", "--corpus", "text", "--path", "my reviews.txt"]) == \
+        "python -m distattn.compare --corpus text --path 'my reviews.txt'"
+    assert command_line(["tool.py", "-q"]) == "tool.py -q"
+
+
+def test_sense_communities_render_as_a_table():
+    from distattn.compare.report import _senses
+    html = _senses({"word": "bank", "communities": [["river", "shore"], ["money", "loan", "<b>"]],
+                    "share": [0.25, 0.75], "modularity": 0.3})
+    assert "modularity 0.300" in html and "&lt;b&gt;" in html and "<b>" not in html.replace("<b>bank</b>", "")
+    assert html.index("money, loan") < html.index("river, shore")          # largest share first

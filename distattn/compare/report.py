@@ -85,6 +85,15 @@ def headline(metrics: dict) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def _senses(sc: dict) -> str:
+    """The Louvain communities of a word's PPMI neighbourhood as a table, largest share first."""
+    rows = sorted(zip(sc.get("communities", []), sc.get("share", [])), key=lambda r: -r[1])
+    return (f"<h3>Senses of <b>{html.escape(str(sc.get('word')))}</b>: Louvain communities of its PPMI "
+            f"neighbourhood (modularity {sc.get('modularity', float('nan')):.3f})</h3>"
+            + _table(["community", "share of the word's PPMI mass", "words"],
+                     [[i + 1, share, ", ".join(words)] for i, (words, share) in enumerate(rows)]))
+
+
 def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
     fig = run_dir / "figures"
     parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>distattn report: "
@@ -154,8 +163,7 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
                          f"flow into the last token: {html.escape(', '.join(g['flow_to_last_top']))}. GraphML in "
                          "<code>graphs/</code>.</p>")
         if an.get("bank_senses"):
-            parts.append(f"<p>PPMI neighbourhood of <b>bank</b>, Louvain communities: "
-                         f"<code>{html.escape(str(an['bank_senses'])[:1500])}</code></p>")
+            parts.append(_senses(an["bank_senses"]))
     paper = metrics.get("paper")
     if paper:
         parts.append("<h2>The paper's bank/river examples (003_8065cadafb1b3474.txt §2.5, §3.2)</h2>")

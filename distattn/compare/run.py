@@ -67,7 +67,16 @@ def environment(cfg: CompareConfig, profile: str, sizes, device) -> dict:
         git_hash = None
     return {"config": dataclasses.asdict(cfg), "profile": profile, "sizes": dataclasses.asdict(sizes),
             "device": str(device), "seed": cfg.seed, "versions": versions, "git_hash": git_hash,
-            "command": " ".join(sys.argv), "started": datetime.now().isoformat(timespec="seconds")}
+            "command": command_line(sys.argv), "started": datetime.now().isoformat(timespec="seconds")}
+
+
+def command_line(argv: list[str]) -> str:
+    """``argv`` as a command to paste into a shell: ``python -m distattn.compare …`` when run as a module."""
+    import shlex
+    head = argv[0] if argv else ""
+    if Path(head).parts[-3:] == ("distattn", "compare", "__main__.py"):
+        head = "python -m distattn.compare"
+    return " ".join([head, *map(shlex.quote, argv[1:])]).strip()
 
 
 def _stage(name, timings, fn, *args, **kwargs):
