@@ -640,20 +640,26 @@ def main():
     ap.add_argument("--budget-s", type=float, default=1e9, help="skip remaining 'best' rows after this many seconds")
     ap.add_argument("--variants", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--rows", default="", help="only these ablation rows (letters, e.g. A,B,F)")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep RUNS and resume its checkpoints (a long CPU run cut short); by default RUNS is "
+                         "emptied so that every figure, wall times included, comes from a fresh run. With "
+                         "--resume a part's wall time counts only this invocation, and info says so")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="override one size of the profile, e.g. --set pre_epochs=12 (repeatable; recorded in info)")
     args = ap.parse_args()
     args.out = Path(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     args.runs = Path(args.runs) if args.runs else args.out / "runs"
-    shutil.rmtree(args.runs, ignore_errors=True)      # figures come from fresh runs, never resumed ones
+    if not args.resume:
+        shutil.rmtree(args.runs, ignore_errors=True)  # figures come from fresh runs, never resumed ones
     args.sizes = SIZES["smoke" if args.smoke else "full"]
     overrides = parse_overrides(args.set, args.sizes)
     args.sizes = {**args.sizes, **overrides}
     device = pick_device()
     info = {"device": str(device), "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None, "smoke": args.smoke,
-            "overrides": overrides}
+            "overrides": overrides,
+            "resumed_from": sorted(str(c.parent.name) for c in args.runs.glob("*/checkpoint.pt")) if args.resume else []}
     log(json.dumps(info))
     data = load_data(args.prep, args.smoke)
     info["vocab_from"] = data["vocab_from"]

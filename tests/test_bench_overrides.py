@@ -90,3 +90,52 @@ def test_seedsplit_seeds_train_one_model_per_seed_on_the_same_split(tmp_path):
     _, again = _seedsplit(data, tmp_path / "b", split, "seedsplit_seeds=[0]")
     assert losses(tmp_path / "b" / "seedsplit_random_25k_25k") == losses(first)
     assert again["runs"][0]["test_accuracy_per_epoch"] == out["runs"][0]["test_accuracy_per_epoch"]
+
+
+def _tiny_prep(path: Path) -> Path:
+    """A prepared-arrays file in ``prepare_imdb.py``'s layout, big enough for ``--smoke``."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    arrays = {"vocab_from": np.array("train+unsup")}
+    for split, n in (("train", 300), ("test", 120), ("unsup", 300)):
+        lengths = rng.integers(3, 12, n)
+        arrays[f"{split}_ids"] = rng.integers(2, 50, lengths.sum()).astype(np.int32)
+        arrays[f"{split}_offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        if split != "unsup":
+            arrays[f"{split}_labels"] = np.arange(n) % 2
+    np.savez(path, **arrays)
+    return path
+
+
+def _main(monkeypatch, *argv):
+    monkeypatch.setattr(sys, "argv", ["bench_models.py", *argv])
+    bench_models.main()
+
+
+def test_resume_keeps_the_runs_and_says_so_while_a_plain_run_starts_fresh(tmp_path, monkeypatch):
+    """Without ``--resume`` the runs directory is emptied, so every figure comes from a fresh run;
+    ``--resume`` keeps its checkpoints (a long CPU run cut short goes on) and names them in info."""
+    import json
+
+    prep, out = _tiny_prep(tmp_path / "prep.npz"), tmp_path / "out"
+    common = ["--part", "seedvar", "--smoke", "--prep", str(prep), "--out", str(out)]
+    _main(monkeypatch, *common)
+    first = json.loads((out / "seedvar.json").read_text())
+    ckpt = out / "runs" / "seed_engine_s1" / "checkpoint.pt"
+    assert first["info"]["resumed_from"] == [] and ckpt.exists()
+
+    stamp = (ckpt.stat().st_mtime_ns, ckpt.read_bytes())
+    stray = out / "runs" / "stray" / "checkpoint.pt"
+    stray.parent.mkdir()
+    stray.write_bytes(b"left by an older run")
+    _main(monkeypatch, *common, "--resume")
+    resumed = json.loads((out / "seedvar.json").read_text())
+    assert resumed["info"]["resumed_from"] == ["seed_engine_s1", "stray"] and stray.exists()
+    # the finished run was resumed, not retrained: its checkpoint untouched, the same accuracy
+    assert (ckpt.stat().st_mtime_ns, ckpt.read_bytes()) == stamp
+    assert resumed["runs"][0]["test_accuracy"] == first["runs"][0]["test_accuracy"]
+
+    _main(monkeypatch, *common)
+    assert not stray.exists() and ckpt.stat().st_mtime_ns != stamp[0]     # trained again from scratch
+    assert json.loads((out / "seedvar.json").read_text())["info"]["resumed_from"] == []
