@@ -5,7 +5,9 @@
 * gradient clipping, linear warm-up then cosine (or linear / constant) decay;
 * determinism: data order is a function of ``(seed, epoch)`` and the torch RNG is re-seeded
   from ``(seed, rank, step)`` before every step, so a run killed and resumed from its last
-  checkpoint takes exactly the same steps as one that never stopped;
+  checkpoint takes exactly the same steps as one that never stopped (bitwise the same weights
+  on one CPU thread; on several, torch's CPU kernels round differently from process to process,
+  see ``benchmarks/probe_cpu_reproducibility.py``);
 * atomic checkpoints (``checkpoint.pt``) every ``checkpoint_every`` steps and at each epoch's
   end, refused with :class:`CheckpointMismatchError` when written by another configuration;
 * evaluation at each epoch's end, history written to ``metrics.json`` atomically;
