@@ -374,3 +374,16 @@ def test_lm_trains_on_the_stream():
                   quiet(epochs=12, batch_size=8, lr=1e-2, warmup_steps=2)).fit()
     assert res["history"][-1]["eval"]["train"]["perplexity"] < 2.0
     assert evaluate_lm(lm, docs[:3]).top1_accuracy > 0.9
+
+
+def test_cpu_training_uses_the_fused_adamw_unless_told_not_to():
+    """torch's default CPU AdamW rounds differently from process to process on several threads
+    (benchmarks/probe_cpu_reproducibility.py: 3 weight hashes in 12 processes on 2 threads, 1 fused);
+    the engine takes the fused kernel on the CPU as on CUDA, and ``fused=False`` gives the default back."""
+    from distattn.train.engine import make_optimizer
+
+    model = tiny_classifier()
+    cpu = torch.device("cpu")
+    assert make_optimizer(model, quiet(), cpu).defaults["fused"] is True
+    assert not make_optimizer(model, quiet(fused=False), cpu).defaults["fused"]
+    assert not make_optimizer(model, quiet(), torch.device("meta")).defaults["fused"]

@@ -5,9 +5,9 @@
 * gradient clipping, linear warm-up then cosine (or linear / constant) decay;
 * determinism: data order is a function of ``(seed, epoch)`` and the torch RNG is re-seeded
   from ``(seed, rank, step)`` before every step, so a run killed and resumed from its last
-  checkpoint takes exactly the same steps as one that never stopped (bitwise the same weights
-  on one CPU thread; on several, torch's CPU kernels round differently from process to process,
-  see ``benchmarks/probe_cpu_reproducibility.py``);
+  checkpoint takes exactly the same steps as one that never stopped; AdamW is the fused kernel on
+  the CPU too, since torch's default CPU AdamW rounds differently from process to process on
+  several threads (``benchmarks/probe_cpu_reproducibility.py``);
 * atomic checkpoints (``checkpoint.pt``) every ``checkpoint_every`` steps and at each epoch's
   end, refused with :class:`CheckpointMismatchError` when written by another configuration;
 * evaluation at each epoch's end, history written to ``metrics.json`` atomically;
@@ -72,7 +72,7 @@ class TrainConfig:
     precision: str = "auto"              # bf16 autocast on CUDA, fp32 elsewhere
     compile: bool | str = False          # True or a torch.compile mode ("default", "reduce-overhead", ...)
     tf32: bool = True
-    fused: bool = True                   # fused AdamW (CUDA only)
+    fused: bool = True                   # fused AdamW on CUDA and CPU (on the CPU it is also bitwise reproducible)
     checkpoint_every: int = 0            # steps; 0: only at the end of each epoch
     resume: bool = True
     select_on: str | None = None         # "set/metric", e.g. "val/accuracy": records the best epoch
@@ -180,7 +180,9 @@ def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) 
     else:
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    fused = bool(config.fused and device.type == "cuda")
+    # torch's default CPU AdamW (one tensor at a time) rounds differently from process to process on
+    # several threads; the fused kernel does not (benchmarks/probe_cpu_reproducibility.py)
+    fused = bool(config.fused and device.type in ("cuda", "cpu"))
     return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps, fused=fused)
 
 
