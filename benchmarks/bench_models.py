@@ -659,7 +659,7 @@ def main():
     info = {"device": str(device), "torch": torch.__version__,
             "gpu": torch.cuda.get_device_name() if device.type == "cuda" else None, "smoke": args.smoke,
             "overrides": overrides,
-            "resumed_from": sorted(str(c.parent.name) for c in args.runs.glob("*/checkpoint.pt")) if args.resume else []}
+            "resumed_from": sorted(c.parent.name for c in args.runs.glob("*/checkpoint.pt")) if args.resume else []}
     log(json.dumps(info))
     data = load_data(args.prep, args.smoke)
     info["vocab_from"] = data["vocab_from"]

@@ -56,7 +56,13 @@ def main():
     bad = [o for o in optimizers if o not in ("single", "fused")]
     if bad:
         raise SystemExit(f"--optimizers: unknown {bad}; allowed: single, fused")
-    for threads in (int(t) for t in args.threads.split(",")):
+    try:
+        thread_counts = [int(t) for t in args.threads.split(",")]
+    except ValueError:
+        thread_counts = []
+    if not thread_counts or min(thread_counts) < 1:
+        raise SystemExit(f"--threads {args.threads!r}: expected a comma list of positive integers, e.g. 2,1")
+    for threads in thread_counts:
         for opt in optimizers:
             hashes, seconds = [], []
             for _ in range(args.trials):

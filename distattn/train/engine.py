@@ -72,7 +72,7 @@ class TrainConfig:
     precision: str = "auto"              # bf16 autocast on CUDA, fp32 elsewhere
     compile: bool | str = False          # True or a torch.compile mode ("default", "reduce-overhead", ...)
     tf32: bool = True
-    fused: bool = True                   # fused AdamW on CUDA and CPU (on the CPU it is also bitwise reproducible)
+    fused: bool = True                   # fused AdamW on CUDA and CPU (see make_optimizer)
     checkpoint_every: int = 0            # steps; 0: only at the end of each epoch
     resume: bool = True
     select_on: str | None = None         # "set/metric", e.g. "val/accuracy": records the best epoch
