@@ -21,6 +21,7 @@ attention.graphml into --out.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from distattn.analysis import (attention_agreement, attention_flow, attention_gr
                                rbf_kernel, sense_communities, top_frequent_ids, write_graphml)
 from distattn.analysis.sources import build_model, corpus_statistics
 from distattn.atomic import write_json
+from distattn.cli import non_negative_int, positive_int, run_script
 from distattn.projection import context_matrix, row_normalize
 from distattn.stats import SVDEmbeddings
 
@@ -39,17 +41,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus", choices=["paper", "text", "imdb"], default="paper")
     p.add_argument("--path", help="--corpus text: a .txt file, a directory of .txt files, or .jsonl")
     p.add_argument("--data-dir", help="--corpus imdb: directory holding aclImdb_v1.tar.gz")
-    p.add_argument("--vocab-size", type=int, default=5000)
-    p.add_argument("--window", type=int, default=5)
-    p.add_argument("--sequences", type=int, default=8, help="documents compared (text corpora)")
-    p.add_argument("--max-len", type=int, default=48, help="tokens per sequence")
-    p.add_argument("--top-n", type=int, default=500, help="most frequent words in the QK–PMI correlation")
+    p.add_argument("--vocab-size", type=positive_int, default=5000)
+    p.add_argument("--window", type=positive_int, default=5)
+    p.add_argument("--sequences", type=positive_int, default=8, help="documents compared (text corpora)")
+    p.add_argument("--max-len", type=positive_int, default=48, help="tokens per sequence")
+    p.add_argument("--top-n", type=positive_int, default=500, help="most frequent words in the QK–PMI correlation")
     p.add_argument("--model", choices=["random", "lm"], default="random",
                    help="seeded random attention-only model (numpy) or a freshly initialised TransformerLM")
-    p.add_argument("--d-model", type=int, default=32)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--d-model", type=positive_int, default=32)
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument("--layers", type=positive_int, default=2)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--diagonal", choices=["keep", "drop"], default="keep",
                    help="compare attention to the query's own position or not")
     p.add_argument("--word", default="bank", help="word whose PPMI neighbourhood is split into senses")
@@ -186,4 +188,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run_script(main))

@@ -11,9 +11,11 @@ Where the paper's prose disagrees with these numbers, see corpora/paper/ERRATA.m
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
+from distattn.cli import run_script
 from distattn.corpus.paper import load_paper_corpus
 from distattn.projection import (association_profiles, context_matrix, global_evidence, next_token_distribution,
                                  row_normalize, selector, vocabulary_evidence)
@@ -38,6 +40,8 @@ def main(argv=None) -> None:
     parser.add_argument("--normalization", choices=["none", "row", "softmax"], default="none",
                         help="attention mixing the profiles in E (paper: none, i.e. raw M)")
     args = parser.parse_args(argv)
+    if not 0 <= args.decimals <= 15:
+        parser.error(f"--decimals must be an integer from 0 to 15; got {args.decimals}")
 
     words, S = paper.words, paper.cooc
     show("S (co-occurrence operator, section 2.5)", S, words, words, 0)
@@ -59,4 +63,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

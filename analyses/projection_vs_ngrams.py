@@ -107,6 +107,7 @@ def load_data(args, log):
     return data
 
 
+from distattn.cli import run_script  # noqa: E402
 from distattn.projection.device_scorers import Asymmetric, DeviceNgram, MultiHead, Positional, Symmetric  # noqa: E402
 
 
@@ -427,4 +428,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

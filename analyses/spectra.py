@@ -15,11 +15,13 @@ subspaces, and writes spectra.json and spectra.png.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from distattn.analysis import circuit_spectra, spectrum, spectrum_summary, subspace_alignment
 from distattn.analysis.sources import build_model, corpus_statistics
 from distattn.atomic import write_json
+from distattn.cli import non_negative_int, positive_int, run_script
 from distattn.stats import SVDEmbeddings
 
 
@@ -29,16 +31,16 @@ def parser() -> argparse.ArgumentParser:
                    help="statistics source (default: paper, the 7-word toy S)")
     p.add_argument("--path", help="--corpus text: a .txt file, a directory of .txt files, or .jsonl")
     p.add_argument("--data-dir", help="--corpus imdb: directory holding aclImdb_v1.tar.gz")
-    p.add_argument("--vocab-size", type=int, default=5000, help="most frequent words kept (text corpora)")
-    p.add_argument("--window", type=int, default=5, help="co-occurrence window (text corpora)")
-    p.add_argument("--k", type=int, default=100, help="top singular values of the sparse statistics (default 100)")
+    p.add_argument("--vocab-size", type=positive_int, default=5000, help="most frequent words kept (text corpora)")
+    p.add_argument("--window", type=positive_int, default=5, help="co-occurrence window (text corpora)")
+    p.add_argument("--k", type=positive_int, default=100, help="top singular values of the sparse statistics (default 100)")
     p.add_argument("--model", choices=["random", "lm", "none"], default="random",
                    help="circuits of a seeded random attention-only model (numpy), a freshly initialised "
                         "distattn.models.TransformerLM, or none")
-    p.add_argument("--d-model", type=int, default=32)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--d-model", type=positive_int, default=32)
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument("--layers", type=positive_int, default=2)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--out", default="out/spectra", help="directory for spectra.json and spectra.png")
     return p
 
@@ -99,4 +101,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(run_script(main))

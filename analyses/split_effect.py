@@ -15,13 +15,14 @@ training side, for the toolkit's tokenizer and the seed's literal one.
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
 
 import numpy as np
 from scipy import sparse
 from sklearn.linear_model import LogisticRegression
 
+from distattn.cli import run_script
 from distattn.corpus import RegexTokenizer, SeedLiteralTokenizer, get_corpus, tokenize_corpus
 
 TOKENIZERS = {"toolkit": RegexTokenizer, "seed-literal": SeedLiteralTokenizer}
@@ -92,4 +93,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

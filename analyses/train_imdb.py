@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from distattn.atomic import write_json
+from distattn.cli import non_negative_int, positive_int, run_script
 from distattn.corpus import get_corpus, tokenize_corpus
-from distattn.models import (LMConfig, MaskedLM, MaskedLMConfig, TransformerClassifier, TransformerLM,
+from distattn.models import (POSITIONAL, LMConfig, MaskedLM, MaskedLMConfig, TransformerClassifier, TransformerLM,
                              seed_classifier_config)
 from distattn.train import (ClassificationData, ClassificationTask, LMData, LMTask, MaskedLMData, MaskedLMTask, Trainer,
                             evaluate_lm, seed_everything, setup_distributed)
@@ -30,23 +32,24 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("seed", "lm", "mlm"))
     ap.add_argument("--out", required=True)
-    ap.add_argument("--epochs", type=int, default=None)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--d-model", type=int, default=512)
-    ap.add_argument("--positional", default="learned")
-    ap.add_argument("--max-len", type=int, default=256, help="context of the LMs (lm, mlm) and of the fine-tuned "
-                                                              "classifier (mlm)")
-    ap.add_argument("--batch-size", type=int, default=None, help="default: the recipe's (seed 64, lm 128, mlm 64)")
-    ap.add_argument("--finetune-epochs", type=int, default=4, help="mlm: classifier epochs after pretraining")
+    ap.add_argument("--epochs", type=positive_int, default=None)
+    ap.add_argument("--layers", type=positive_int, default=4)
+    ap.add_argument("--d-model", type=positive_int, default=512)
+    ap.add_argument("--positional", default="learned", choices=POSITIONAL)
+    ap.add_argument("--max-len", type=positive_int, default=256,
+                    help="context of the LMs (lm, mlm) and of the fine-tuned classifier (mlm)")
+    ap.add_argument("--batch-size", type=positive_int, default=None,
+                    help="default: the recipe's (seed 64, lm 128, mlm 64)")
+    ap.add_argument("--finetune-epochs", type=positive_int, default=4, help="mlm: classifier epochs after pretraining")
     ap.add_argument("--compile", action="store_true")
-    ap.add_argument("--checkpoint-every", type=int, default=0,
+    ap.add_argument("--checkpoint-every", type=non_negative_int, default=0,
                     help="also checkpoint every N steps (default 0: at each epoch's end); a rerun resumes from it")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-steps", type=int, default=None)
-    ap.add_argument("--limit-docs", type=int, default=None, help="use a random subset of each split (quick checks)")
-    args = ap.parse_args()
-    if args.checkpoint_every < 0:
-        ap.error(f"--checkpoint-every must be an integer >= 0 (0: at each epoch's end only); got {args.checkpoint_every}")
+    ap.add_argument("--seed", type=non_negative_int, default=0)
+    ap.add_argument("--max-steps", type=positive_int, default=None)
+    ap.add_argument("--limit-docs", type=positive_int, default=None,
+                    help="use a random subset of each split (quick checks)")
+    args = ap.parse_args()                  # the int types refuse bad counts before the corpus is tokenized
+    epochs = {} if args.epochs is None else {"epochs": args.epochs}
 
     tc = tokenize_corpus(get_corpus("imdb"))
     vocab = tc.split("train+unsup").vocabulary(max_size=29_998)     # the statistics layer's (never test)
@@ -62,7 +65,7 @@ def main():
         model = TransformerClassifier(seed_classifier_config(vocab_size=len(vocab)))
         task = ClassificationTask(ClassificationData(train, max_len=256), {"test": ClassificationData(test, max_len=256)})
         cfg = seed_train_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps, **ckpt,
-                                **({"epochs": args.epochs} if args.epochs else {}), **batch)
+                                **epochs, **batch)
         result = Trainer(model, task, cfg, out_dir=args.out).fit()
         print(json.dumps(result["history"][-1]["eval"], indent=1))
         return
@@ -73,7 +76,7 @@ def main():
         model = MaskedLM(mlm_cfg)
         data = MaskedLMData(part("train+unsup").encode(vocab), seq_len=args.max_len, mask_id=mlm_cfg.mask_token)
         cfg = lm_train_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps, **ckpt,
-                              **({"epochs": args.epochs} if args.epochs else {}), **(batch or {"batch_size": 64}))
+                              **epochs, **(batch or {"batch_size": 64}))
         Trainer(model, MaskedLMTask(data), cfg, out_dir=f"{args.out}/pretrain").fit()
         clf = TransformerClassifier(classifier_from_lm(mlm_cfg))
         clf.load_trunk(model)
@@ -89,7 +92,7 @@ def main():
     stream = LMData(part("train+unsup").encode(vocab), seq_len=lm_cfg.max_len)
     task = LMTask(stream, {"test": LMData(test, seq_len=lm_cfg.max_len)}, max_eval_sequences=512)
     cfg = lm_train_config(seed=args.seed, compile=args.compile, max_steps=args.max_steps, **ckpt,
-                          **({"epochs": args.epochs} if args.epochs else {}), **batch)
+                          **epochs, **batch)
     Trainer(model, task, cfg, out_dir=args.out).fit()
     rank, _, _ = setup_distributed()
     if rank == 0:
@@ -99,4 +102,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

@@ -31,7 +31,7 @@ def run(args, archive, cache):
 
 
 @pytest.mark.parametrize("what", ["seed", "lm", "mlm"])
-def test_train_imdb_recipes_run_and_resume(what, imdb_archive, shared_cache, tmp_path):
+def test_train_imdb_recipes_run_and_the_two_stage_mlm_resumes(what, imdb_archive, shared_cache, tmp_path):
     out = tmp_path / what
     args = [what, "--out", str(out), *([] if what == "seed" else TINY),
             *(["--limit-docs", "40", "--max-steps", "2", "--batch-size", "8"] if what == "seed" else []),
@@ -59,11 +59,30 @@ def test_train_imdb_recipes_run_and_resume(what, imdb_archive, shared_cache, tmp
         assert before[d]["steady_tokens_per_s"] is not None and after["steady_tokens_per_s"] is None
 
 
-def test_train_imdb_refuses_a_negative_checkpoint_interval(tmp_path):
-    res = subprocess.run([sys.executable, str(SCRIPT), "seed", "--out", str(tmp_path / "x"), "--checkpoint-every", "-2"],
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and "--checkpoint-every must be an integer >= 0" in res.stderr and "got -2" in res.stderr
-    assert not (tmp_path / "x").exists()
+@pytest.mark.parametrize("args, message", [
+    (["--checkpoint-every", "-2"], "argument --checkpoint-every: got -2; allowed: an integer >= 0"),
+    (["--epochs", "0"], "argument --epochs: got 0; allowed: an integer >= 1"),    # once read as "the default 5"
+    (["--seed", "-1"], "argument --seed: got -1; allowed: an integer >= 0"),
+    (["--max-len", "x"], "argument --max-len: got 'x'; allowed: an integer >= 1"),
+    (["--positional", "alibi"], "argument --positional: invalid choice: 'alibi'"),
+])
+def test_train_imdb_refuses_bad_arguments_before_reading_data(tmp_path, args, message):
+    env = dict(os.environ, DISTATTN_DATA_DIR=str(tmp_path / "no-data"), DISTATTN_CACHE_DIR=str(tmp_path / "cache"))
+    res = subprocess.run([sys.executable, str(SCRIPT), "seed", "--out", str(tmp_path / "x"), *args],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 2 and message in res.stderr, res.stderr[-2000:]
+    assert not (tmp_path / "x").exists() and not (tmp_path / "cache").exists()
+
+
+def test_analyses_scripts_end_bad_input_with_one_error_line(tmp_path):
+    script = REPO / "analyses" / "paper_examples.py"
+    res = subprocess.run([sys.executable, str(script), "--temperature", "0"], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1] == "error: temperature must be a finite real number > 0; got 0.0"
+    res = subprocess.run([sys.executable, str(script), "--temperature", "0"], capture_output=True, text=True,
+                         timeout=60, env=dict(os.environ, DISTATTN_TRACEBACK="1"))
+    assert res.returncode == 1 and "Traceback" in res.stderr                  # the debugging switch
 
 
 def test_split_effect_proxy_runs_on_a_slice(imdb_archive, tmp_path):

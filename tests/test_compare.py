@@ -39,8 +39,10 @@ def test_paper_run(tmp_path, capsys):
     html = (run_dir / "report.html").read_text()
     assert "data:image/png;base64," in html and "http://" not in html and "https://" not in html
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["paper"]["river_bank_flooded"]["prediction"] == "shore" or \
-        any(e["prediction"] == "shore" for e in metrics["paper"].values())
+    paper = metrics["paper"]
+    assert paper["river_bank_flooded"]["prediction"] == "shore" and paper["bank_loan"]["prediction"] == "money"
+    assert paper["river_bank_flooded"]["e_global"] == [22.67, 20.0, 14.0, 11.67, 22.0, 40.33, 9.33]   # the paper's
+    assert paper["bank_loan"]["norm_M"] == [[0.0, 1.0], [1.0, 0.0]]
 
 
 def test_text_corpus_run_then_warm_rerun(tmp_path, capsys):
@@ -91,11 +93,35 @@ def test_text_corpus_run_then_warm_rerun(tmp_path, capsys):
     (["--corpus", "paper", "--path", "x.txt"], "conflicting options: --path is only used with --corpus text"),
     (["--corpus", "paper", "--data-dir", "/tmp"], "conflicting options: --data-dir"),
     (["--corpus", "paper", "--profile", "full", "--device", "cpu"], "conflicting options: --profile full"),
+    (["--corpus", "paper", "--seed", "-1"], "--seed must be an integer from 0 to 4294967295, got -1"),
+    (["--corpus", "paper", "--seed", str(2**32)], f"got {2**32}"),
+    (["--corpus", "paper", "--max-docs", "3"], "--max-docs must be at least 20 (or omitted), got 3"),
 ])
 def test_bad_input(tmp_path, capsys, args, message):
     code, out, err = run_cli(args + ["--out", str(tmp_path), "-q"], capsys)
     assert code == 2 and message in err
     assert not any(tmp_path.iterdir())             # nothing written for a refused command
+
+
+def test_a_refused_device_and_an_interrupted_run_leave_no_run_directory(tmp_path, capsys, monkeypatch):
+    import torch
+
+    import distattn.compare.run as run_mod
+    if not torch.cuda.is_available():
+        code, out, err = run_cli(["--corpus", "paper", "--device", "cuda", "--out", str(tmp_path), "-q"], capsys)
+        assert code == 2 and "CUDA is not available" in err
+        assert not any(tmp_path.iterdir())
+
+    def interrupted(run_dir):
+        (run_dir / "figures" / "half.png").write_bytes(b"x")    # something was written before the interrupt
+        raise KeyboardInterrupt
+    monkeypatch.setattr(run_mod, "paper_reproduction", interrupted)
+    code, out, err = run_cli(["--corpus", "paper", "--out", str(tmp_path), "-q"], capsys)
+    assert code == 130 and "resumes from its last checkpoint" in err
+    assert not any(tmp_path.iterdir())                          # no half-filled run directory
+    monkeypatch.undo()
+    code, out, err = run_cli(["--corpus", "paper", "--out", str(tmp_path), "-q"], capsys)
+    assert code == 0 and len(list(tmp_path.iterdir())) == 1     # a finished run keeps its directory
 
 
 def test_full_profile_on_cpu_is_allowed_without_models():

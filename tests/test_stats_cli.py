@@ -27,7 +27,7 @@ def test_paper_corpus(capsys, tmp_path):
     assert sp.load_npz(tmp_path / "ppmi.npz").min() >= 0
 
 
-def test_text_corpus_with_embeddings(capsys, tmp_path):
+def test_text_corpus_with_embeddings(capsys, tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     words = [f"w{i}" for i in range(40)]
     lines = [" ".join(rng.choice(words, size=30)) for _ in range(60)]
@@ -38,9 +38,11 @@ def test_text_corpus_with_embeddings(capsys, tmp_path):
     summary = json.loads(out)
     assert summary["vocab_size"] == 42 and summary["documents"] == 60 and summary["tokens"] == 1800
     assert np.load(tmp_path / "o" / "embeddings.npy").shape == (42, 5)
-    # the second run reuses the cached counts
+    # the second run reuses the cached counts: counting again would fail
+    monkeypatch.setattr("distattn.stats.pipeline.cooccurrence",
+                        lambda *a, **k: pytest.fail("the cached co-occurrence counts were not reused"))
     stats = build_statistics(StatsConfig(corpus="text", path=str(tmp_path / "c.txt"), split="", window=3))
-    assert stats.cooc.nnz == sp.load_npz(tmp_path / "o" / "cooc.npz").nnz
+    assert (stats.cooc != sp.load_npz(tmp_path / "o" / "cooc.npz")).nnz == 0
 
 
 @pytest.mark.parametrize("args, message", [
@@ -52,6 +54,7 @@ def test_text_corpus_with_embeddings(capsys, tmp_path):
     (["--corpus", "paper", "--cds", "1.5"], "cds=1.5 is invalid"),
     (["--corpus", "paper", "--path", "x.txt"], "--path is only used with --corpus text"),
     (["--corpus", "paper", "--evaluate"], "--evaluate needs --svd-dim"),
+    (["--corpus", "paper", "--jobs", "0"], "--jobs=0 is invalid; allowed: an integer >= 1"),
 ])
 def test_bad_input_exit_2(capsys, args, message):
     code, out, err = run_cli(args, capsys)
@@ -62,6 +65,24 @@ def test_unwritable_out(capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     code, out, err = run_cli(["--corpus", "paper", "--out", str(blocker / "sub")], capsys)
+    assert code == 2 and "cannot write to --out" in err
+
+
+def test_bad_values_and_unwritable_out_fail_before_any_counting(capsys, tmp_path, monkeypatch):
+    import distattn.stats.__main__ as cli
+
+    def must_not_run(*a, **k):
+        raise AssertionError("build_statistics ran although the command was refused")
+    monkeypatch.setattr(cli, "build_statistics", must_not_run)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b c\n")
+    code, out, err = run_cli(["--corpus", "text", "--path", str(corpus), "--window", "-2",
+                              "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "window=-2 is invalid" in err
+    assert not (tmp_path / "o").exists()            # a refused command writes nothing
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, out, err = run_cli(["--corpus", "text", "--path", str(corpus), "--out", str(blocker / "sub")], capsys)
     assert code == 2 and "cannot write to --out" in err
 
 

@@ -8,6 +8,7 @@ A profile fixes the sizes of every stage: ``quick`` (a subset of the data and sm
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass, field
 
 PROFILES = ("quick", "full", "auto")
@@ -97,6 +98,8 @@ class CompareConfig:
         if self.profile == "full" and self.device == "cpu" and self.train_models:
             raise ValueError("conflicting options: --profile full trains seed-size models and needs a GPU; "
                              "use --profile quick with --device cpu, or add --no-models")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or not 0 <= self.seed < 2**32:
+            raise ValueError(f"--seed must be an integer from 0 to {2**32 - 1}, got {self.seed!r}")
         if self.max_docs is not None and self.max_docs < 20:
             raise ValueError(f"--max-docs must be at least 20 (or omitted), got {self.max_docs}")
         return self

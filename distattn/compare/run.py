@@ -92,10 +92,21 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
     """Run the whole study; returns the run directory."""
     from distattn.train import pick_device
     cfg.validate()
-    run_dir = make_run_dir(cfg.out, cfg.corpus)
     profile = cfg.resolved_profile()
     sizes = cfg.sizes()
-    device = pick_device(cfg.device)
+    device = pick_device(cfg.device)                 # an unavailable device is refused before anything is written
+    run_dir = make_run_dir(cfg.out, cfg.corpus)
+    try:
+        return _study(cfg, run_dir, profile, sizes, device, cache, progress)
+    except BaseException:
+        # a run that fails or is interrupted leaves no half-filled run directory behind; the stages it
+        # finished stay in the cache and training resumes from its checkpoint when the command is run again
+        if not (run_dir / "metrics.json").exists():
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache: bool, progress: bool) -> Path:
     env = environment(cfg, profile, sizes, device)
     write_json(run_dir / "config.json", env)
     timings: dict = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from distattn.stats.pipeline import StatsConfig, build_statistics
 
@@ -44,6 +45,24 @@ def main(argv=None) -> int:
     if args.evaluate and not args.svd_dim:
         print("error: --evaluate needs --svd-dim > 0", file=sys.stderr)
         return 2
+    if args.jobs is not None and args.jobs < 1:
+        print(f"error: --jobs={args.jobs} is invalid; allowed: an integer >= 1 (omit it for all CPUs)", file=sys.stderr)
+        return 2
+    try:
+        cfg.validate()                   # bad values fail before --out is touched or anything is counted
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.out:                         # an unwritable --out fails now, not after the counting
+        try:
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            probe = out / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as exc:
+            print(f"error: cannot write to --out {args.out!r}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     try:
         stats = build_statistics(cfg, cache=not args.no_cache, progress=sys.stderr.isatty(), n_jobs=args.jobs)
     except (ValueError, FileNotFoundError, OSError, MemoryError) as exc:

@@ -1,0 +1,50 @@
+"""Shared plumbing of the command-line scripts (``analyses/``): bad input ends with one line,
+``error: …`` naming the value and what is allowed, and exit code 2, not a traceback.
+
+    if __name__ == "__main__":
+        sys.exit(run_script(main))
+
+Set ``DISTATTN_TRACEBACK=1`` to get the full traceback instead (debugging).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable
+
+__all__ = ["USER_ERRORS", "run_script", "positive_int", "non_negative_int"]
+
+# What a wrong argument or a missing file raises in distattn (sklearn's InvalidParameterError is a ValueError).
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, MemoryError)
+
+
+def run_script(main: Callable[[], int | None]) -> int:
+    """Call ``main()``; a user error prints ``error: <message>`` to stderr and gives exit code 2."""
+    try:
+        code = main()
+    except USER_ERRORS as exc:
+        if os.environ.get("DISTATTN_TRACEBACK"):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return code if isinstance(code, int) else 0      # a main() may return its results instead of a code
+
+
+def _int_at_least(low: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: {what}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"got {value}; allowed: {what}")
+        return value
+    parse.__name__ = f"int>={low}"
+    return parse
+
+
+# argparse ``type=`` for counts and seeds: the message names the option, the value and what is allowed
+positive_int = _int_at_least(1, "an integer >= 1")
+non_negative_int = _int_at_least(0, "an integer >= 0")
