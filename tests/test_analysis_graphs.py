@@ -71,6 +71,13 @@ def test_graph_metrics_and_graphml_round_trip(tmp_path):
     A = _attention((4, 4))
     m = graph_metrics(A, tokens=list("abcd"))
     assert set(m) == {"tokens", "pagerank", "in_degree", "row_entropy", "spectral_gap"}
+    # closed-form references: PageRank solves (I - α Aᵀ) p = (1 - α)/R (A is row-stochastic, edges i -> j)
+    np.testing.assert_allclose(m["pagerank"], np.linalg.solve(np.eye(4) - 0.85 * A.T, np.full(4, 0.15 / 4)),
+                               rtol=1e-8)
+    np.testing.assert_allclose(m["in_degree"], A.sum(axis=0))
+    np.testing.assert_allclose(m["row_entropy"], -(A * np.log(A)).sum(axis=1))
+    assert m["spectral_gap"] == pytest.approx(1 - np.sort(np.abs(np.linalg.eigvals(A)))[-2])
+    assert m["tokens"] == list("abcd")
     write_graphml(attention_graph(A, tokens=list("abcd")), tmp_path / "att.graphml")
     H = nx.read_graphml(tmp_path / "att.graphml")
     assert H.number_of_edges() == 16

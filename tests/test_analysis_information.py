@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distattn.analysis import (cross_entropy, dot_product_variance, entropy, kl_divergence, perplexity,
+from distattn.analysis import (cross_entropy, dot_product_variance, entropy, kl_divergence, linear_kernel, perplexity,
                                perplexity_from_nll)
 
 
@@ -40,11 +40,13 @@ def test_perplexity_from_nll():
 def test_dot_product_variance_is_dim(dim):
     """Seed 002, section 11: Var⟨x, y⟩ = d for x, y ~ N(0, I_d); the scaled score has variance 1."""
     res = dot_product_variance(dim, n_samples=40_000, random_state=dim)
-    assert res["expected"] == dim
-    assert abs(res["variance"] - dim) < 5 * res["std_error"]
+    se = np.sqrt((2 * dim**2 + 6 * dim) / 40_000)            # from E⟨x, y⟩⁴ = 3d² + 6d, not from the code
+    assert res["expected"] == dim and res["std_error"] == pytest.approx(se)
+    assert abs(res["variance"] - dim) < 5 * se
     assert abs(res["mean"]) < 5 * np.sqrt(dim / 40_000)
     scaled = dot_product_variance(dim, n_samples=40_000, scaled=True, random_state=dim + 1)
-    assert abs(scaled["variance"] - 1.0) < 5 * scaled["std_error"]
+    assert scaled["expected"] == 1.0 and scaled["std_error"] == pytest.approx(se / dim)
+    assert abs(scaled["variance"] - 1.0) < 5 * se / dim
 
 
 def test_toy_embedding_example_of_seed_002():
@@ -56,8 +58,10 @@ def test_toy_embedding_example_of_seed_002():
     ids = [vocab.index(w) for w in "dog eats fish fast".split()]
     X = one_hot[ids] @ E                                      # x_i = Eᵀ e_i, stacked as rows
     np.testing.assert_array_equal(X, [[1.2, 1.1], [-1.2, -1.0], [0.9, 1.3], [-0.8, -1.3]])
-    assert X[0] @ X[2] == pytest.approx(2.51, abs=1e-12)      # dog · fish
-    assert X[0] @ X[1] == pytest.approx(-2.54, abs=1e-12)     # dog · eats
+    K = linear_kernel(X)                                      # the library's Gram matrix of the prompt
+    assert K[0, 2] == pytest.approx(2.51, abs=1e-12)          # dog · fish (the paper's figure)
+    assert K[0, 1] == pytest.approx(-2.54, abs=1e-12)         # dog · eats
+    np.testing.assert_allclose(K, K.T, rtol=0, atol=0)
     alpha = np.array([0.4, 0.3, 0.2, 0.1])
     x_new = alpha @ X
     np.testing.assert_allclose(x_new, [0.22, 0.27], rtol=0, atol=1e-12)

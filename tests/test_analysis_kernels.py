@@ -145,6 +145,15 @@ def test_diagonal_drop_and_skips():
     keep = agreement_scores(T, P)
     drop = agreement_scores(T, P, diagonal="drop")
     assert keep.top1 < 0.5 and keep.n_rows == 4 and drop.n_rows == 4
+    from scipy.spatial.distance import jensenshannon        # an independent JS (its square, in bits)
+
+    def js_ref(t, p):
+        return jensenshannon(t, p, base=2) ** 2
+    off = [np.delete(np.arange(4), i) for i in range(4)]    # "drop": each row without its own position
+    want_drop = np.mean([js_ref(T[i, o] / T[i, o].sum(), P[i, o] / P[i, o].sum()) for i, o in enumerate(off)])
+    assert drop.js_mean == pytest.approx(want_drop, rel=1e-9)
+    assert keep.js_mean == pytest.approx(np.mean([js_ref(T[i], P[i]) for i in range(4)]), rel=1e-9)
+    assert abs(drop.js_mean - keep.js_mean) > 0.05          # the dominant diagonal really was removed
     causal_drop = agreement_scores(np.tril(T) / np.tril(T).sum(1, keepdims=True), P, causal=True, diagonal="drop")
     assert causal_drop.n_rows == 3 and causal_drop.n_skipped == 1      # row 0 has no key left
 

@@ -122,6 +122,8 @@ def test_damaged_cache_is_rebuilt(tmp_path):
     (entry / "types.json").write_text("{broken")
     again = tokenize_corpus(corpus, cache=tmp_path)
     assert again.types == tc.types
+    assert json.loads((entry / "types.json").read_text()) is not None   # the entry was written anew
+    assert tokenize_corpus(corpus, cache=tmp_path).types == tc.types     # and reads back
 
 
 def test_empty_corpus_errors(tmp_path):

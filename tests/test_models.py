@@ -222,10 +222,16 @@ def test_lm_circuits_and_flops():
     with pytest.raises(ValueError, match="layer must be"):
         qk_circuit(m, 2)
     assert ov_circuit(tiny_classifier(), 0).shape == (4, V, 16)   # no unembedding: into the residual stream
-    c = m.config
-    n = sum(p.numel() for p in m.parameters()) - m.trunk.pos.table.numel()
-    assert m.n_params() == n                                      # tied unembedding counted once
-    assert m.flops_per_token(12) == 6 * n + 12 * c.n_layers * c.d_model * 12
+    # counted by hand from the architecture: bias-free linears, LayerNorm weights only, tied unembedding
+    d, L = 16, 2
+    assert m.lm_head.weight is m.trunk.tok_emb.weight
+    per_block = 4 * d * d + 2 * 4 * d * d + 2 * d                # W_Q, W_K, W_V, W_O; FFN d -> 4d -> d; 2 LayerNorms
+    n = V * d + L * per_block + d                                 # + the final LayerNorm; positions excluded
+    assert n == 7024 and m.n_params() == n                        # the tied matrix counted once
+    assert m.n_params(non_embedding=False) == n + 12 * d          # the learned position table (max_len 12)
+    assert m.flops_per_token(12) == 6 * n + 12 * L * d * 12       # PaLM: 6N + 12·L·d·T
+    untied = tiny_lm(tie_weights=False)                           # the lookup table drops out, the unembedding stays
+    assert untied.n_params() == n and untied.n_params(non_embedding=False) == n + V * d + 12 * d
 
 
 # -- embeddings, pretrained trunks, configs ------------------------------------------------------

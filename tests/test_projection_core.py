@@ -176,7 +176,8 @@ def test_bad_cooc_raises_clear_errors():
     with pytest.raises(ValueError, match=r"cooc has shape \(4, 4\) but the vocabulary has vocab_size=5"):
         ProjectionPredictor(vocabulary=5).fit(np.eye(4))
     from distattn.corpus.vocabulary import Vocabulary
-    ProjectionPredictor(vocabulary=Vocabulary(["a", "b"], specials=("<unk>",))).fit(np.eye(3))
+    fitted = ProjectionPredictor(vocabulary=Vocabulary(["a", "b"], specials=("<unk>",))).fit(np.eye(3))
+    assert fitted.vocab_size_ == 3                           # <unk> + 2 words: the shapes agree
     with pytest.raises(ValueError, match="normalization must be one of"):
         vocabulary_evidence([0], np.eye(3), normalization="l2")
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 from gensim.test.utils import datapath
+from scipy.stats import spearmanr
 
 from distattn.stats.embeddings import SVDEmbeddings
 from distattn.stats.similarity import (
@@ -90,7 +91,10 @@ def test_lowercase_and_oov():
 def test_zero_vector_has_cosine_zero():
     vectors = {"a": np.zeros(2), "b": np.array([1.0, 0.0]), "c": np.array([1.0, 0.1])}
     res = evaluate_similarity(vectors, [("a", "b", 0.0), ("b", "c", 1.0), ("a", "c", 0.5)])
-    assert np.isfinite(res.spearman) and np.isfinite(res.pearson)
+    cos_bc = 1 / np.hypot(1.0, 0.1)
+    model = [0.0, cos_bc, 0.0]                                  # cos(a, ·) = 0: no nan, no 1
+    assert res.pearson == pytest.approx(np.corrcoef(model, [0.0, 1.0, 0.5])[0, 1])
+    assert res.spearman == pytest.approx(spearmanr(model, [0.0, 1.0, 0.5]).statistic)
 
 
 def test_svd_embeddings_input():

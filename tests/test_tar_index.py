@@ -4,7 +4,7 @@ import zlib
 
 import pytest
 
-from distattn.corpus.tar_index import _fast_index, index_regular_files
+from distattn.corpus.tar_index import _fast_index, _Unsupported, index_regular_files
 
 
 def make_tar(fmt, names):
@@ -32,6 +32,11 @@ def test_same_as_tarfile(fmt):
              else "p" * 60 + "/" + "q" * 90 + ".txt", "é/ünïcode.txt"]
     data = make_tar(fmt, names)
     assert index_regular_files(data) == reference(data)
+    if fmt == tarfile.PAX_FORMAT:                       # pax headers: the tarfile fallback answers
+        with pytest.raises(_Unsupported):
+            _fast_index(data)
+    else:                                               # the fast path itself, not the fallback, agrees
+        assert _fast_index(data) == reference(data)
 
 
 def test_fast_path_is_taken_for_gnu():
@@ -48,4 +53,5 @@ def test_truncated_image_raises():
 @pytest.mark.imdb
 def test_imdb_archive_index_equals_tarfile(imdb_archive):
     data = zlib.decompress(imdb_archive.read_bytes(), 47)
-    assert index_regular_files(data) == reference(data)
+    ref = reference(data)
+    assert _fast_index(data) == ref and index_regular_files(data) == ref

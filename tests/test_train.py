@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -116,7 +115,8 @@ def test_train_config_errors_name_the_value():
         TrainConfig(schedule="step").validate()
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1; got 0"):
         TrainConfig(batch_size=0).validate()
-    assert pick_device().type in ("cpu", "cuda", "mps")
+    want = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    assert pick_device().type == want and pick_device("cpu").type == "cpu"
 
 
 # -- training ---------------------------------------------------------------------------------------
@@ -136,8 +136,13 @@ def test_trainer_learns_and_writes_metrics(tmp_path):
     assert metrics["best"]["epoch"] == out["best"]["epoch"]
     assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "best.pt").exists()
     assert not list(tmp_path.glob("*.part*"))                              # atomic writes leave nothing
+    accs = [h["eval"]["val"]["accuracy"] for h in out["history"]]
+    assert out["best"]["epoch"] == 1 + int(np.argmax(accs))                # the first epoch with the top accuracy
     again = load_model(tmp_path / "best.pt")
     assert isinstance(again, TransformerClassifier)
+    got = task.evaluate(again, torch.device("cpu"))["val"]                  # best.pt holds that epoch's weights:
+    want = out["history"][out["best"]["epoch"] - 1]["eval"]["val"]           # its loss pins the epoch even on ties
+    assert got["accuracy"] == want["accuracy"] and got["loss"] == pytest.approx(want["loss"], rel=1e-6)
 
 
 def test_predict_and_evaluate_run_without_dropout_and_restore_the_mode():
@@ -212,7 +217,7 @@ def test_checkpoint_frequency_is_runtime_only(tmp_path):
 
 
 KILL_SCRIPT = textwrap.dedent("""
-    import sys, time, numpy as np, torch
+    import signal, sys, numpy as np, torch
     torch.set_num_threads(1)
     from distattn.models import TransformerClassifier, seed_classifier_config
     from distattn.train import ClassificationData, ClassificationTask, Trainer, TrainConfig, seed_everything, save_model
@@ -225,7 +230,12 @@ KILL_SCRIPT = textwrap.dedent("""
                                                          max_len=16, dropout=0.1))
     task = ClassificationTask(ClassificationData(docs[:40], y[:40], max_len=16),
                               {"val": ClassificationData(docs[40:], y[40:], max_len=16)})
-    cbs = [lambda tr, step, loss: time.sleep(0.15)] if slow else []
+
+    def stop_at_step_7(tr, step, loss):     # callbacks run before a step's checkpoint: step 6's is the last on disk
+        if step == 7:
+            print("AT_STEP_7", flush=True)
+            signal.pause()                  # wait here for the parent's SIGKILL
+    cbs = [stop_at_step_7] if slow else []
     cfg = TrainConfig(epochs=3, batch_size=8, lr=3e-3, warmup_steps=2, checkpoint_every=2, device="cpu",
                       progress=False)
     Trainer(model, task, cfg, out_dir=out, callbacks=cbs).fit()
@@ -256,17 +266,20 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
 
     proc = subprocess.Popen([sys.executable, str(script), str(b), "slow"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
-    deadline = time.time() + 90
-    while not (b / "checkpoint.pt").exists():
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-        assert time.time() < deadline, "no checkpoint appeared"
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    reached = False
+    try:
+        for line in proc.stdout:                                 # epoch logs, then the marker at step 7
+            if line.strip() == b"AT_STEP_7":
+                reached = True
+                break
+    finally:
+        proc.kill()                                              # SIGKILL, mid-training (or a child gone wrong)
+        proc.wait(timeout=30)
+    assert reached, proc.stderr.read().decode()[-2000:]
     assert proc.returncode == -signal.SIGKILL                    # killed, not finished
     assert not (b / "final.pt").exists()
     state = torch.load(b / "checkpoint.pt", weights_only=False)["state"]
-    assert 0 < state["step"] < 15                                # mid-training: 3 epochs x 5 steps
+    assert state["step"] == 6                                    # mid-epoch 2 of 3 (5 steps an epoch)
 
     subprocess.run([sys.executable, str(script), str(b), "fast"], env=env, check=True, timeout=120,
                    capture_output=True)
