@@ -187,3 +187,10 @@ def test_attention_flow_options():
         attention_flow(A, outputs=[6])
     with pytest.raises(ValueError, match="shape"):
         attention_flow(np.ones((2, 3, 4)))
+
+
+@pytest.mark.parametrize("eps", [-1.0, float("nan"), float("inf"), True])
+def test_attention_flow_refuses_an_eps_that_would_never_saturate(eps):
+    U = np.full((3, 3), 1 / 3)
+    with pytest.raises(ValueError, match="eps must be a finite real number >= 0"):   # -1 used to loop forever
+        attention_flow(np.stack([U, U, U]), eps=eps)

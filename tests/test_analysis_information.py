@@ -67,3 +67,18 @@ def test_toy_embedding_example_of_seed_002():
     np.testing.assert_allclose(x_new, [0.22, 0.27], rtol=0, atol=1e-12)
     assert tuple(np.round(x_new, 2)) == (0.22, 0.27)
     assert not any(np.allclose(x_new, e) for e in E)          # not any single token's embedding
+
+
+def test_two_distributions_must_cover_the_same_outcomes():
+    from distattn.analysis import js_divergence
+    with pytest.raises(ValueError, match=r"p has shape \(2,\) and q has shape \(1,\)"):
+        kl_divergence([0.5, 0.5], [1.0])                                  # once broadcast to 0.0
+    with pytest.raises(ValueError, match=r"P has shape \(3, 3\) and Q has shape \(4,\)"):
+        js_divergence(np.eye(3), [1, 0, 0, 0])
+    with pytest.raises(ValueError, match="P must sum to 1 along axis -1 .*found a sum of 2.0"):
+        js_divergence([2, 0], [0, 5])                                    # once clipped to 1
+    with pytest.raises(ValueError, match="p must be finite; it holds NaN or inf"):
+        entropy([np.nan, 1.0])
+    # many rows against one distribution still broadcast
+    np.testing.assert_allclose(js_divergence(np.eye(3), [1, 0, 0]), [0.0, 1.0, 1.0])
+    np.testing.assert_allclose(cross_entropy(np.full((2, 2), 0.5), [0.5, 0.5]), [np.log(2)] * 2)

@@ -187,3 +187,22 @@ def test_seed_literal_tokenizer_is_the_printed_code():
     enc = tc.encode(vocab)
     docs = [[vocab.itos[i] for i in enc.tokens.ids[a:b]] for a, b in zip(enc.tokens.offsets[:-1], enc.tokens.offsets[1:])]
     assert docs == [["bad,", "bad", "film!"], ["good", "film."]]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: RaggedIds.from_sequences([[0.5, 1.7]]), "document 0 has dtype float64; allowed: integer token ids"),
+    (lambda: RaggedIds.from_sequences([[1, 2], [True, False]]), "document 1 has dtype bool"),
+    (lambda: RaggedIds.from_sequences([[[0, 1], [1, 2]]]), r"document 0 must be a 1-D sequence .*shape \(2, 2\)"),
+    (lambda: RaggedIds(np.array([np.nan, 1.0]), [0, 2]), "ids has dtype float64"),
+    (lambda: RaggedIds(np.array([1, 1]), [0, 1.5, 2]), "offsets has dtype float64; allowed: integer positions"),
+    (lambda: Vocabulary("abc"), "words='abc' is a string"),
+    (lambda: Vocabulary(["a"]).encode("the movie"), "tokens='the movie' is a string"),
+    (lambda: Vocabulary.build(["the movie", "good"]), r"documents\[0\]='the movie' is a string"),
+    (lambda: tokenize_corpus("hello world", cache=False), "corpus='hello world' is a string"),
+    (lambda: RegexTokenizer(strip="<br />"), r"strip='<br />' is a string; allowed: a tuple of strings"),
+])
+def test_ids_and_tokens_of_the_wrong_kind_are_refused_not_coerced(make, message):
+    """Floats were truncated to ids, bools read as 0/1, and a string iterated as characters."""
+    with pytest.raises(TypeError if "dtype" in message or "string" in message else ValueError, match=message):
+        make()
+    assert RaggedIds.from_sequences([[], np.array([], np.int32), [3, 4]]).offsets.tolist() == [0, 0, 0, 2]

@@ -320,3 +320,31 @@ def test_unigram_model_and_prior(train):
     assert lm.next_token_logits(np.arange(4)).shape == (4, V)
     with pytest.raises(ValueError, match="order must be 2 or 3"):
         KneserNeyLM(order=4).fit(train, V)
+
+
+def test_the_compiled_causal_scorer_refuses_what_its_kernel_would_trust():
+    """causal_scores hands ids, shapes and the prior straight to a compiled kernel: an id equal to
+    vocab_size once crashed the process, a short prior was read past its end."""
+    from distattn.projection.causal import causal_plan, causal_scores
+    from distattn.projection.torch_ops import torch_causal_scores
+    S = sp.csr_array(np.array([[0.0, 2.0, 1.0], [2.0, 0.0, 3.0], [1.0, 3.0, 0.0]]))
+    docs = RaggedIds.from_sequences([np.array([0, 1, 2, 1])])
+    logp, rank = causal_scores(docs, S)
+    assert np.isfinite(logp[:3]).all() and np.isnan(logp[3]) and rank[3] == -1
+    bad_id = RaggedIds.from_sequences([np.array([0, 1, 3, 1])])
+    for score in (causal_scores, torch_causal_scores):
+        with pytest.raises(ValueError, match=r"ids \[3\] outside \[0, vocab_size=3\)"):
+            score(bad_id, S)
+        with pytest.raises(ValueError, match=r"must be square .*got shape \(3, 2\)"):
+            score(docs, sp.csr_array(np.ones((3, 2))))
+        with pytest.raises(ValueError, match="temperature must be a finite real number > 0; got 0"):
+            score(docs, S, temperature=0)
+        with pytest.raises(ValueError, match=r"prior must be a probability vector of shape \(3,\)"):
+            score(docs, S, prior=np.array([0.5, 0.5]), prior_weight=0.2)
+        with pytest.raises(ValueError, match=r"prior_weight must be a real number in \[0, 1\); got 5"):
+            score(docs, S, prior=np.full(3, 1 / 3), prior_weight=5)
+    with pytest.raises(ValueError, match="batch_positions must be an integer >= 1; got 0"):
+        torch_causal_scores(docs, S, batch_positions=0)
+    with pytest.raises(ValueError, match="plan was not built by causal_plan for this S"):
+        causal_scores(docs, S, plan=causal_plan(sp.csr_array(np.eye(4))))
+    np.testing.assert_array_equal(causal_scores([np.array([0, 1, 2, 1])], S)[1], rank)   # a list of arrays works too

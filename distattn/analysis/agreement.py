@@ -39,6 +39,7 @@ from scipy.special import xlogy
 
 from distattn.analysis._ranks import average_ranks
 from distattn.analysis.factored import to_numpy
+from distattn.analysis.information import _distribution_pair
 
 __all__ = ["DIAGONAL_POLICIES", "allowed_keys", "uniform_attention", "previous_token_attention",
            "js_divergence", "row_agreement", "AgreementScores", "agreement_scores", "attention_agreement",
@@ -76,7 +77,12 @@ def previous_token_attention(length: int) -> np.ndarray:
 def js_divergence(P, Q, axis: int = -1) -> np.ndarray:
     """Jensen–Shannon divergence in bits, in [0, 1], between distributions along ``axis``
     (inputs must be non-negative and sum to 1)."""
-    P, Q = to_numpy(P), to_numpy(Q)
+    P, Q = _distribution_pair(to_numpy(P), to_numpy(Q), axis, names=("P", "Q"))
+    return _js(P, Q, axis)
+
+
+def _js(P: np.ndarray, Q: np.ndarray, axis: int = -1) -> np.ndarray:
+    """:func:`js_divergence` without the checks (callers pass validated rows)."""
     M = (P + Q) / 2.0
     with np.errstate(divide="ignore", invalid="ignore"):
         kl_p = xlogy(P, P) - xlogy(P, M)
@@ -151,7 +157,7 @@ def _compare(target: _Rows, prediction: _Rows, mask, tie_atol: float) -> dict:
         fb = fallback[rows]
         if fb.any():
             P = np.where(fb[:, None], mask[rows] / mask[rows].sum(1, keepdims=True), P)
-        js[rows] = js_divergence(T, P)
+        js[rows] = _js(T, P)
         rho[rows] = _masked_spearman(target.ranks[rows], prediction.ranks[rows], mask[rows])
         top[rows] = _top1(T, P, mask[rows], tie_atol)
     return {"js": js, "spearman": rho, "top1": top, "compared": compared, "fallback": fallback}

@@ -34,6 +34,8 @@ computation, for checks).
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from distattn.analysis.factored import to_numpy
@@ -146,6 +148,9 @@ def attention_flow(attentions, head_reduction: str = "mean", residual: float | N
     """
     if method not in FLOW_METHODS:
         raise ValueError(f"method must be one of {FLOW_METHODS}, got {method!r}")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not np.isfinite(eps) or eps < 0:
+        # a negative eps never counts an edge as saturated: Dinic's algorithm would loop forever
+        raise ValueError(f"eps must be a finite real number >= 0, got {eps!r}")
     A = layer_attentions(attentions, head_reduction, residual)
     L, R, _ = A.shape
     outs = _outputs(outputs, R)

@@ -29,13 +29,25 @@ def _distribution(p, name: str, axis: int, atol: float = 1e-6) -> np.ndarray:
     p = np.asarray(p, dtype=np.float64)
     if p.ndim == 0:
         raise ValueError(f"{name} must be a probability vector (or an array of them along axis), got a scalar")
-    if not np.all(np.isfinite(p)) or np.any(p < 0):
-        raise ValueError(f"{name} must be finite and non-negative; min is {np.nanmin(p)!r}")
+    if not np.all(np.isfinite(p)):
+        raise ValueError(f"{name} must be finite; it holds NaN or inf")
+    if np.any(p < 0):
+        raise ValueError(f"{name} must be non-negative; min is {float(p.min())!r}")
     total = p.sum(axis=axis)
     if not np.allclose(total, 1.0, atol=atol):
         bad = total.ravel()[np.argmax(np.abs(total.ravel() - 1))]
-        raise ValueError(f"{name} must sum to 1 along axis {axis} (within {atol}); found a sum of {bad!r}")
+        raise ValueError(f"{name} must sum to 1 along axis {axis} (within {atol}); found a sum of {float(bad)!r}")
     return p
+
+
+def _distribution_pair(p, q, axis: int, names=("p", "q")) -> tuple[np.ndarray, np.ndarray]:
+    """Two distributions over the same outcomes: the sizes along ``axis`` must match (the other
+    axes broadcast, e.g. many rows of p against one q)."""
+    p, q = _distribution(p, names[0], axis), _distribution(q, names[1], axis)
+    if p.shape[axis] != q.shape[axis]:
+        raise ValueError(f"{names[0]} has shape {p.shape} and {names[1]} has shape {q.shape}: their sizes along "
+                         f"axis {axis} (the outcomes) must match")
+    return p, q
 
 
 def entropy(p, base="e", axis: int = -1) -> np.ndarray:
@@ -52,8 +64,7 @@ def cross_entropy(p, q, base="e", axis: int = -1) -> np.ndarray:
     """``H(p, q) = -Σ_i p_i log q_i``: the expected code length of ``p`` under a code built for
     ``q`` (the language-model loss when ``p`` is one-hot on the true token). ``inf`` where
     ``q_i = 0 < p_i``. Shapes as :func:`entropy`."""
-    p = _distribution(p, "p", axis)
-    q = _distribution(q, "q", axis)
+    p, q = _distribution_pair(p, q, axis)
     with np.errstate(divide="ignore"):
         out = -xlogy(p, q).sum(axis=axis)
     return out / _log_base(base)

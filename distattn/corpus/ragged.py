@@ -11,6 +11,16 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 
+def _integers(values, name: str, allowed: str = "integer token ids (out of vocabulary: -1)") -> np.ndarray:
+    """``values`` as an integer array; floats, bools and strings are refused, not truncated."""
+    arr = np.asarray(values)
+    if arr.size == 0 and arr.dtype.kind in "fiu":                  # [] or np.array([]) is float64: fine
+        return arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} has dtype {arr.dtype}; allowed: {allowed}")
+    return arr
+
+
 class RaggedIds:
     """Documents as a flat id array and offsets.
 
@@ -24,8 +34,8 @@ class RaggedIds:
     __slots__ = ("ids", "offsets")
 
     def __init__(self, ids: np.ndarray, offsets: np.ndarray):
-        ids = np.asarray(ids)
-        offsets = np.asarray(offsets, dtype=np.int64)
+        ids = _integers(ids, "ids")
+        offsets = _integers(offsets, "offsets", "integer positions").astype(np.int64, copy=False)
         if ids.ndim != 1 or offsets.ndim != 1 or len(offsets) < 1:
             raise ValueError(f"ids must be 1-D and offsets 1-D non-empty; got shapes {ids.shape}, {offsets.shape}")
         if offsets[0] != 0 or offsets[-1] != len(ids) or np.any(np.diff(offsets) < 0):
@@ -41,7 +51,10 @@ class RaggedIds:
 
     @classmethod
     def from_sequences(cls, seqs: Iterable[Sequence[int]]) -> "RaggedIds":
-        arrays = [np.asarray(s, dtype=np.int64).ravel() for s in seqs]
+        arrays = [_integers(s, f"document {i}") for i, s in enumerate(seqs)]
+        for i, a in enumerate(arrays):
+            if a.ndim != 1:
+                raise ValueError(f"document {i} must be a 1-D sequence of token ids; got shape {a.shape}")
         lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
         offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])

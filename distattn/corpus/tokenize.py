@@ -35,6 +35,8 @@ class RegexTokenizer:
                  strip: tuple[str, ...] = ("<br />",)):
         self.pattern = pattern
         self.lowercase = lowercase
+        if isinstance(strip, (str, bytes)):
+            raise TypeError(f"strip={strip!r} is a string; allowed: a tuple of strings, e.g. ({strip!r},)")
         self.strip = tuple(strip)
         try:
             self._re = re.compile(pattern)

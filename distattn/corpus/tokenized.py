@@ -216,6 +216,10 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
 
     ``cache``: True (the user cache directory), False (no cache), or a directory.
     """
+    if isinstance(corpus, (str, bytes)):
+        shown = corpus if len(corpus) <= 40 else corpus[:37] + "..."
+        raise TypeError(f"corpus={shown!r} is a string (it would be read as one document per character); "
+                        f"allowed: a Corpus, e.g. get_corpus('text', path=...), or a list of strings or Documents")
     tokenizer = tokenizer or default_tokenizer()
     fingerprint = corpus.fingerprint() if hasattr(corpus, "fingerprint") else None
     key = None

@@ -17,6 +17,13 @@ DEFAULT_SPECIALS = (PAD, UNK)
 OOV_POLICIES = ("unk", "drop", "error", "negative")
 
 
+
+def _not_a_string(value, name: str, allowed: str) -> None:
+    """A str is iterable, so it would silently count as a sequence of one-character tokens."""
+    if isinstance(value, (str, bytes)):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        raise TypeError(f"{name}={shown!r} is a string; allowed: {allowed}")
+
 class Vocabulary:
     """An id <-> word map. Specials come first (``<pad>`` = 0, ``<unk>`` = 1 by default), then
     words by decreasing count, ties broken alphabetically.
@@ -34,6 +41,8 @@ class Vocabulary:
 
     def __init__(self, words: Sequence[str], counts: Sequence[int] | None = None,
                  specials: Sequence[str] = DEFAULT_SPECIALS):
+        _not_a_string(words, "words", "a sequence of words")
+        _not_a_string(specials, "specials", "a tuple of special tokens")
         words = list(words)
         specials = tuple(specials)
         itos = list(specials) + words
@@ -79,8 +88,10 @@ class Vocabulary:
     def build(cls, documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None,
               specials: Sequence[str] = DEFAULT_SPECIALS) -> "Vocabulary":
         """Count the tokens of tokenized documents and build a vocabulary."""
+        _not_a_string(documents, "documents", "an iterable of token lists")
         counter: Counter = Counter()
-        for doc in documents:
+        for i, doc in enumerate(documents):
+            _not_a_string(doc, f"documents[{i}]", "a list of tokens (tokenize the text first)")
             counter.update(doc)
         words = list(counter)
         return cls.from_counts(words, [counter[w] for w in words], min_count, max_size, specials)
@@ -135,6 +146,7 @@ class Vocabulary:
             raise ValueError(f"oov={oov!r} is not one of {OOV_POLICIES}")
         if oov == "unk" and self.unk_id is None:
             raise ValueError("oov='unk' needs a vocabulary with an <unk> special")
+        _not_a_string(tokens, "tokens", "a list of tokens (tokenize the text first)")
         tokens = list(tokens)
         missing = -1 if oov != "unk" else self.unk_id
         ids = np.fromiter((self.stoi.get(t, missing) for t in tokens), dtype=np.int32, count=len(tokens))

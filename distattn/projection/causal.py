@@ -467,15 +467,15 @@ def causal_plan(S: sp.csr_array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def causal_scores(docs, S: sp.csr_array, *, temperature: float = 1.0, prior: np.ndarray | None = None,
-                  prior_weight: float = 0.0, plan: tuple[np.ndarray, np.ndarray] | None = None
+                  prior_weight: float = 0.0, plan: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Score every next-token prediction of the raw causal projection (``A = M``).
 
     Parameters
     ----------
-    docs : RaggedIds
-        Validated documents (OOV = -1).
-    S : csr_array, shape (vocab_size, vocab_size), canonical
+    docs : RaggedIds, (ids, offsets) or a list of 1-D id arrays
+        Documents; negative ids are out of vocabulary (ids >= vocab_size are refused).
+    S : sparse matrix or array, shape (vocab_size, vocab_size)
     temperature : float > 0
         ``p_t = softmax(e_t / temperature)``.
     prior, prior_weight
@@ -500,11 +500,23 @@ def causal_scores(docs, S: sp.csr_array, *, temperature: float = 1.0, prior: np.
     rank : ndarray of int64, shape (n_tokens,)
         Other tokens scoring at least as high as the target; -1 where logp is NaN.
     """
+    # validated here: the compiled kernel trusts every id, shape and length it is given
+    S = _checks.cooc_matrix(S, name="S")
+    V = S.shape[0]
+    docs = _checks.documents(docs, V, name="docs")
+    temperature = _checks.positive_float(temperature, "temperature")
+    prior = _checks.prior(prior, prior_weight, V)
+    prior_weight = 0.0 if prior is None else float(prior_weight)
+    if plan is None:
+        plan = causal_plan(S)
+    elif len(plan) != 3 or plan[0].shape[0] != S.nnz or plan[1].shape[0] != S.nnz or plan[2].shape[0] != V:
+        raise ValueError(f"plan was not built by causal_plan for this S (vocab_size={V}); omit it or pass "
+                         f"causal_plan(S)")
     n = docs.n_tokens
     out_logp = np.full(n, np.nan)
     out_rank = np.full(n, -1, dtype=np.int64)
     prior_arr = np.zeros(0, np.float32) if prior is None else np.ascontiguousarray(prior, dtype=np.float32)
-    indices, data32, col_starts = causal_plan(S) if plan is None else plan
+    indices, data32, col_starts = plan
     offsets = np.ascontiguousarray(docs.offsets)
     # longest documents first, handed out one at a time: no core idles on a long last one
     queue_ptr, queue = _balanced_queues(np.diff(offsets), nb.get_num_threads())

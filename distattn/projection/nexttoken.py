@@ -110,18 +110,7 @@ def unigram_prior(documents, vocab_size: int, *, smoothing: float = 1.0, unk_id:
     return counts / counts.sum()
 
 
-def _check_prior(prior, prior_weight, vocab_size):
-    if isinstance(prior_weight, bool) or not np.isfinite(prior_weight) or not 0.0 <= prior_weight < 1.0:
-        raise ValueError(f"prior_weight must be a real number in [0, 1); got {prior_weight!r}")
-    if prior_weight == 0.0:
-        return None
-    if prior is None:
-        raise ValueError("prior_weight > 0 needs a prior (e.g. unigram_prior(train_documents, vocab_size))")
-    p = np.asarray(prior, dtype=np.float64)
-    if p.shape != (vocab_size,) or not np.all(np.isfinite(p)) or p.min() < 0 or abs(p.sum() - 1) > 1e-6:
-        raise ValueError(f"prior must be a probability vector of shape ({vocab_size},); got shape {p.shape}, "
-                         f"sum {p.sum() if p.size else 0:.6g}")
-    return p
+_check_prior = _checks.prior
 
 
 def _model_vocab_size(model, vocab_size):

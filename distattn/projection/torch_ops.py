@@ -217,7 +217,9 @@ def torch_causal_scores(documents, cooc, *, normalization: str = "none", zero_ro
     dev = resolve_device(device)
     csr = _DeviceCSR(S, dev, dtype)
     temperature = _checks.positive_float(temperature, "temperature")
-    prior_t = None if prior is None or prior_weight <= 0 else torch.as_tensor(prior, device=dev, dtype=dtype)
+    batch_positions = _checks.positive_int(batch_positions, "batch_positions")
+    prior = _checks.prior(prior, prior_weight, V)
+    prior_t = None if prior is None else torch.as_tensor(prior, device=dev, dtype=dtype)
     out_logp = np.full(docs.n_tokens, np.nan)
     out_rank = np.full(docs.n_tokens, -1, dtype=np.int64)
     # compressed (in-vocabulary) tokens and where they stand in the flat array
