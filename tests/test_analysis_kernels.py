@@ -195,3 +195,16 @@ def test_head_agreement_table():
     assert head1_prev["js_mean"] == pytest.approx(0.0) and head1_prev["n_rows"] == 15
     with pytest.raises(ValueError, match="same shape"):
         agreement_scores(np.eye(3), np.eye(4))
+
+
+def test_kernels_refuse_mismatched_shapes_and_non_finite_parameters():
+    X = rng.random((4, 3))
+    with pytest.raises(ValueError, match=r"K and L must have the same shape .*\(3, 3\) and \(4, 4\)"):
+        cka(np.eye(3), np.eye(4))                         # once a numpy broadcasting error
+    with pytest.raises(ValueError, match="scale must be a finite real number; got nan"):
+        exponential_kernel(X, scale=np.nan)               # once an all-NaN kernel
+    with pytest.raises(ValueError, match="gamma must be a finite real number; got nan"):
+        polynomial_kernel(X, gamma=np.nan)
+    with pytest.raises(ValueError, match="gamma must be a finite positive number, None or 'median'; got inf"):
+        rbf_kernel(X, gamma=np.inf)
+    assert np.isfinite(rbf_kernel(X, gamma=np.float32(0.5))).all()

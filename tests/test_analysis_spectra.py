@@ -281,3 +281,13 @@ def test_average_ranks_match_scipy_rankdata():
 
 def test_top_frequent_ids_excludes_and_breaks_ties_by_id():
     assert top_frequent_ids([5, 9, 9, 1, 7], 3, exclude=[1]).tolist() == [2, 4, 0]
+
+
+def test_qk_pmi_correlation_needs_one_vocabulary_on_both_sides():
+    g = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=r"head 0's qk circuit has shape \(8, 8\) but ppmi has shape \(6, 6\)"):
+        qk_pmi_correlation(g.random((8, 8)), g.random((6, 6)), [0, 1, 2])   # once correlated different words
+    from distattn.analysis import top_frequent_ids
+    with pytest.raises(ValueError, match=r"exclude must hold ids in \[0, 3\); got \[-1\]"):
+        top_frequent_ids([1, 2, 3], 2, exclude=[-1])                          # once dropped the last id
+    assert top_frequent_ids([1, 2, 3], 2, exclude=[2]).tolist() == [1, 0]

@@ -206,3 +206,25 @@ def test_ids_and_tokens_of_the_wrong_kind_are_refused_not_coerced(make, message)
     with pytest.raises(TypeError if "dtype" in message or "string" in message else ValueError, match=message):
         make()
     assert RaggedIds.from_sequences([[], np.array([], np.int32), [3, 4]]).offsets.tolist() == [0, 0, 0, 2]
+
+
+def test_get_corpus_refuses_unknown_options_and_text_honours_its_encoding(tmp_path):
+    with pytest.raises(TypeError, match=r"get_corpus\('imdb'\) got unknown option\(s\) \['splt'\]; allowed: split"):
+        get_corpus("imdb", splt="train")                     # a typo was silently ignored
+    path = tmp_path / "latin.txt"
+    path.write_bytes("café au lait\nna\xefve\n".encode("latin-1"))
+    docs = list(get_corpus("text", path=str(path), encoding="latin-1"))
+    assert [d.text.decode() if isinstance(d.text, bytes) else d.text for d in docs] == ["café au lait", "naïve"]
+    assert get_corpus("text", path=str(path), encoding="latin-1").fingerprint() != \
+        get_corpus("text", path=str(path)).fingerprint()       # another encoding, another cache entry
+    with pytest.raises(ValueError, match="encoding='no-such-codec' is not a codec"):
+        get_corpus("text", path=str(path), encoding="no-such-codec")
+
+
+def test_sha256_file_refuses_an_empty_read_size(tmp_path):
+    from distattn.corpus.download import sha256_file
+    f = tmp_path / "f"
+    f.write_bytes(b"abc")
+    assert sha256_file(f, chunk=1) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    with pytest.raises(ValueError, match="chunk=0 is invalid; allowed: an integer >= 1"):
+        sha256_file(f, chunk=0)                             # gave the empty file's hash

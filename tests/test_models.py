@@ -291,6 +291,16 @@ def test_empty_batch_is_refused():
         m(torch.ones(5, dtype=torch.long))
 
 
+def test_ids_outside_the_vocabulary_are_refused_on_the_cpu():
+    """torch's own message is a bare 'IndexError: index out of range in self'."""
+    for model in (tiny_classifier(), tiny_lm()):
+        with pytest.raises(ValueError, match=rf"token id {V} is outside \[0, vocab_size={V}\)"):
+            model(torch.tensor([[2, V]]))
+        with pytest.raises(ValueError, match=rf"token id -1 is outside \[0, vocab_size={V}\)"):
+            model(torch.tensor([[-1, 3]]))
+        model(torch.tensor([[0, V - 1]]))                    # the edges of the range are fine
+
+
 @pytest.mark.parametrize("field,value,message", [
     ("positional", "alibi", "positional must be one of"),
     ("norm", "rms", "norm must be one of"),

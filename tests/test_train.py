@@ -400,3 +400,40 @@ def test_cpu_training_uses_the_fused_adamw_unless_told_not_to():
     assert make_optimizer(model, quiet(), cpu).defaults["fused"] is True
     assert not make_optimizer(model, quiet(fused=False), cpu).defaults["fused"]
     assert not make_optimizer(model, quiet(), torch.device("meta")).defaults["fused"]
+
+
+def test_plans_and_scorers_refuse_values_that_once_misbehaved():
+    """rank=-1 silently gave the last process's batches; world=0 divided by zero; stride=0 was
+    replaced by the default; batch_size=-1 surfaced as 'the model produced NaN scores'."""
+    from distattn.train import epoch_plan
+    from distattn.train.lm_eval import NextTokenScorer
+    from distattn.train.tasks import ClassificationTask
+    for kwargs, message in [(dict(rank=-1, world=2), "rank must be an integer >= 0; got -1"),
+                            (dict(rank=2, world=2), "rank=2 must be below world=2"),
+                            (dict(world=0), "world must be an integer >= 1; got 0"),
+                            (dict(seed=-1), "seed must be an integer >= 0; got -1"),
+                            (dict(lengths=np.ones(3)), "lengths has 3 entries for n_items=8")]:
+        with pytest.raises(ValueError, match=message):
+            epoch_plan(8, 4, **kwargs)
+    assert [b.tolist() for b in epoch_plan(8, 4, shuffle=False, rank=1, world=2)] == [[2, 3], [6, 7]]
+    from distattn.models import LMConfig, TransformerLM
+    lm = TransformerLM(LMConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, max_len=8))
+    for kwargs, message in [(dict(stride=0), "stride=0 is invalid; allowed: an integer >= 1"),
+                            (dict(batch_size=-1), "batch_size=-1 is invalid"),
+                            (dict(bos_id=99), r"bos_id=99 is invalid; allowed: an id in \[0, vocab_size=20\)"),
+                            (dict(oov_id=-2), "oov_id=-2 is invalid")]:
+        with pytest.raises(ValueError, match=message):
+            NextTokenScorer(lm, **kwargs)
+    docs, y = toy_docs(8)
+    with pytest.raises(ValueError, match="eval_batch_size=0 is invalid; allowed: an integer >= 1"):
+        ClassificationTask(ClassificationData(docs, y, max_len=16), eval_batch_size=0)
+
+
+def test_data_refuses_special_ids_outside_the_vocabulary():
+    docs = [np.array([2, 3, 4]), np.array([5, 6])]
+    with pytest.raises(ValueError, match=r"head_fraction must be a number in \[0, 1\]"):
+        ClassificationData(docs, [0, 1], max_len=4, truncation="head+tail", head_fraction=2)
+    with pytest.raises(ValueError, match=r"pad_id=99 is invalid; allowed: a token id in \[0, vocab_size=10\)"):
+        ClassificationData(docs, [0, 1], max_len=4, pad_id=99, vocab_size=10)
+    with pytest.raises(ValueError, match="bos_id=-3 is invalid"):                # once blamed on the documents
+        LMData(docs, seq_len=2, bos_id=-3)

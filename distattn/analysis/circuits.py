@@ -67,7 +67,10 @@ def top_frequent_ids(counts, n: int, exclude=()) -> np.ndarray:
     counts = np.asarray(counts, dtype=np.float64).ravel().copy()
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
-    counts[np.asarray(list(exclude), dtype=np.int64)] = -np.inf
+    skip = np.asarray(list(exclude))
+    if skip.size and (skip.dtype.kind not in "iu" or skip.min() < 0 or skip.max() >= counts.size):
+        raise ValueError(f"exclude must hold ids in [0, {counts.size}); got {skip.tolist()[:10]}")
+    counts[skip.astype(np.int64)] = -np.inf
     order = np.lexsort((np.arange(counts.size), -counts))
     order = order[np.isfinite(counts[order])]
     return order[:n]
@@ -128,8 +131,14 @@ def qk_pmi_correlations(heads, ppmi, word_ids, *, orientation: str = "query_key"
     check_memory(8 * 4 * N * N, f"qk_pmi_correlation over {N} words (dense {N} x {N} blocks)")
     P = sp.csr_array(ppmi) if sp.issparse(ppmi) else to_numpy(ppmi)
     vocab = P.shape
-    if len(vocab) != 2 or ids.min() < 0 or ids.max() >= min(vocab):
-        raise ValueError(f"word_ids must lie in [0, {min(vocab)}) for a ppmi of shape {vocab}")
+    if len(vocab) != 2 or vocab[0] != vocab[1]:
+        raise ValueError(f"ppmi must be square (vocab, vocab); got shape {vocab}")
+    for h, head in enumerate(heads):              # one vocabulary on both sides, or the pairs compare different words
+        if head.shape != vocab:
+            raise ValueError(f"head {h}'s qk circuit has shape {tuple(head.shape)} but ppmi has shape {vocab}; "
+                             f"they must index the same vocabulary")
+    if ids.min() < 0 or ids.max() >= vocab[0]:
+        raise ValueError(f"word_ids must lie in [0, {vocab[0]}) for a ppmi of shape {vocab}")
     pblock = P[ids][:, ids].toarray() if sp.issparse(P) else P[np.ix_(ids, ids)]
     pblock = np.asarray(pblock, dtype=np.float64)
     if orientation == "key_query":

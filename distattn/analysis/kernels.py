@@ -63,6 +63,12 @@ def _pair(X, Y):
     return X, Y
 
 
+def _finite(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
+        raise ValueError(f"{name} must be a finite real number; got {value!r}")
+    return float(value)
+
+
 def _square(K, name: str = "K") -> np.ndarray:
     K = to_numpy(K)
     if K.ndim != 2 or K.shape[0] != K.shape[1] or K.shape[0] < 2:
@@ -91,7 +97,7 @@ def exponential_kernel(q, k=None, scale: float | None = None, stabilize: bool = 
     the row-normalised attention nor PSD-ness changes.
     """
     q, k = _pair(q, k)
-    scale = 1.0 / np.sqrt(q.shape[1]) if scale is None else float(scale)
+    scale = 1.0 / np.sqrt(q.shape[1]) if scale is None else _finite(scale, "scale")
     scores = (q @ k.T) * scale
     if stabilize:
         scores -= scores.max()
@@ -113,8 +119,8 @@ def polynomial_kernel(X, Y=None, degree: int = 2, gamma: float | None = None, co
     X, Y = _pair(X, Y)
     if isinstance(degree, bool) or not isinstance(degree, numbers.Integral) or degree < 1:
         raise ValueError(f"degree must be a positive integer, got {degree!r}")
-    gamma = 1.0 / X.shape[1] if gamma is None else float(gamma)
-    return (gamma * (X @ Y.T) + coef0) ** degree
+    gamma = 1.0 / X.shape[1] if gamma is None else _finite(gamma, "gamma")
+    return (gamma * (X @ Y.T) + _finite(coef0, "coef0")) ** degree
 
 
 def _sq_distances(X, Y) -> np.ndarray:
@@ -133,8 +139,9 @@ def rbf_kernel(X, Y=None, gamma: float | str | None = None) -> np.ndarray:
     elif gamma == "median":
         pos = d2[d2 > 0]
         gamma = 1.0 if pos.size == 0 else 1.0 / (2.0 * np.median(pos))
-    elif isinstance(gamma, str) or not gamma > 0:
-        raise ValueError(f"gamma must be a positive number, None or 'median'; got {gamma!r}")
+    elif (isinstance(gamma, (str, bool)) or not isinstance(gamma, numbers.Real) or not np.isfinite(gamma)
+          or not gamma > 0):
+        raise ValueError(f"gamma must be a finite positive number, None or 'median'; got {gamma!r}")
     return np.exp(-float(gamma) * d2)
 
 
@@ -173,6 +180,9 @@ def cka(K, L, symmetrize_how: str = "mean") -> float:
     see :func:`symmetrize`). NaN if either centred kernel is zero (e.g. a constant kernel)."""
     K = symmetrize(K, symmetrize_how)
     L = symmetrize(L, symmetrize_how)
+    if K.shape != L.shape:
+        raise ValueError(f"K and L must have the same shape (one row per token of the same sequence); "
+                         f"got {K.shape} and {L.shape}")
     Kc, Lc = center_gram(K), center_gram(L)
     kl = float(np.sum(Kc * Lc))
     kk = float(np.sum(Kc * Kc))

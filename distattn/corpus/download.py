@@ -18,6 +18,9 @@ class DownloadError(OSError):
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        # read(0) returns b"" at once: the hash of an empty file, whatever the file holds
+        raise ValueError(f"chunk={chunk!r} is invalid; allowed: an integer >= 1 (bytes read at a time)")
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while block := fh.read(chunk):

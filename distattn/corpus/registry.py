@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 from typing import Callable
 
 _REGISTRY: dict[str, tuple[Callable, str]] = {}
@@ -25,20 +27,27 @@ def get_corpus(name: str, **kwargs):
     """Build the corpus registered under ``name``."""
     if name not in _REGISTRY:
         raise UnknownCorpusError(f"unknown corpus {name!r}; valid names: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name][0](**kwargs)
+    factory = _REGISTRY[name][0]
+    params = inspect.signature(factory).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(set(kwargs) - set(params))
+        if unknown:                                   # a typo such as splt= must not be ignored
+            raise TypeError(f"get_corpus({name!r}) got unknown option(s) {unknown}; allowed: "
+                            f"{', '.join(params) or 'none'}")
+    return factory(**kwargs)
 
 
-def _imdb(split="train+test+unsup", data_dir=None, download=True, progress=True, **_):
+def _imdb(split="train+test+unsup", data_dir=None, download=True, progress=True):
     from distattn.corpus.imdb import ImdbCorpus
     return ImdbCorpus(split=split, data_dir=data_dir, download=download, progress=progress)
 
 
-def _text(path=None, **_):
+def _text(path=None, encoding="utf-8"):
     from distattn.corpus.text import TextCorpus
-    return TextCorpus(path)
+    return TextCorpus(path, encoding=encoding)
 
 
-def _paper(**_):
+def _paper():
     from distattn.corpus.paper import load_paper_corpus
     return load_paper_corpus()
 

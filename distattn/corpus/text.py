@@ -4,6 +4,7 @@ objects with a ``text`` field and an optional integer ``label``."""
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from pathlib import Path
@@ -23,7 +24,11 @@ class TextCorpus(Corpus):
         if path is None or str(path) == "":
             raise ValueError("the text corpus needs a path (--path FILE_OR_DIR); accepted: " + "; ".join(SUPPORTED))
         self.path = Path(path).expanduser()
-        self.encoding = encoding
+        try:
+            self.encoding = codecs.lookup(encoding).name
+        except (LookupError, TypeError):
+            raise ValueError(f"encoding={encoding!r} is not a codec Python knows; allowed: e.g. 'utf-8', "
+                             f"'latin-1', 'cp1252'") from None
         if not self.path.exists():
             raise FileNotFoundError(f"text corpus path {str(self.path)!r} does not exist; accepted: "
                                     + "; ".join(SUPPORTED))
@@ -46,17 +51,18 @@ class TextCorpus(Corpus):
     def fingerprint(self) -> dict:
         files = self._files_for_fingerprint()
         return {"corpus": "text", "path": str(self.path.resolve()), "kind": self.kind,
+                **({} if self.encoding == "utf-8" else {"encoding": self.encoding}),
                 "files": [(str(p.relative_to(self.path)) if self.kind == "dir" else p.name,
                            p.stat().st_size, p.stat().st_mtime_ns) for p in files]}
 
     def __iter__(self) -> Iterator[Document]:
         if self.kind == "dir":
             for p in self._files:
-                yield Document(p.read_bytes(), split="all", name=str(p.relative_to(self.path)))
+                yield Document(self._utf8(p.read_bytes()), split="all", name=str(p.relative_to(self.path)))
         elif self.kind == "txt":
             with open(self.path, "rb") as fh:
                 for i, line in enumerate(fh):
-                    yield Document(line.rstrip(b"\r\n"), split="all", name=f"line{i + 1}")
+                    yield Document(self._utf8(line.rstrip(b"\r\n")), split="all", name=f"line{i + 1}")
         else:
             with open(self.path, encoding=self.encoding) as fh:
                 for i, line in enumerate(fh, 1):
@@ -74,6 +80,10 @@ class TextCorpus(Corpus):
                     if not isinstance(label, int) or isinstance(label, bool) or not -1 <= label <= 127:
                         raise ValueError(f"{self.path}:{i}: 'label' must be an integer in [-1, 127], got {label!r}")
                     yield Document(obj["text"], label=label, split=str(obj.get("split", "all")), name=f"line{i}")
+
+    def _utf8(self, raw: bytes) -> bytes:
+        """Documents are UTF-8 bytes; another encoding is decoded here (undecodable bytes become U+FFFD)."""
+        return raw if self.encoding == "utf-8" else raw.decode(self.encoding, errors="replace").encode("utf-8")
 
     def __repr__(self) -> str:
         return f"TextCorpus({str(self.path)!r}, kind={self.kind!r})"

@@ -161,7 +161,7 @@ class ProjectionMatchedLM(nn.Module):
     def forward(self, ids: torch.Tensor, targets: torch.Tensor | None = None, capture: bool = False):
         if capture:
             return run_with_cache(self, ids, targets)
-        check_ids(ids, self.config.max_len)
+        check_ids(ids, self.config.max_len, self.config.vocab_size)
         x = self.tok_emb(ids)
         if self.pos is not None:
             x = self.pos(x)

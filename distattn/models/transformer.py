@@ -101,8 +101,10 @@ def config_diff(a: dict, b: dict) -> dict:
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
-def check_ids(ids: torch.Tensor, max_len: int) -> None:
-    """Shape checks that need no device sync: a non-empty (B, T) batch with T <= max_len."""
+def check_ids(ids: torch.Tensor, max_len: int, vocab_size: int | None = None) -> None:
+    """Shape checks that need no device sync: a non-empty (B, T) batch with T <= max_len; on
+    the CPU (where reading the values costs no sync) also ids in ``[0, vocab_size)``, which torch
+    would otherwise report as a bare ``IndexError: index out of range in self``."""
     if ids.dim() != 2:
         raise ValueError(f"token ids must have shape (batch, seq_len); got shape {tuple(ids.shape)}")
     if ids.shape[0] == 0:
@@ -115,6 +117,12 @@ def check_ids(ids: torch.Tensor, max_len: int) -> None:
                          f"max_len >= {ids.shape[1]}")
     if ids.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"token ids must be int64 or int32; got {ids.dtype}")
+    if vocab_size is not None and ids.device.type == "cpu" and not torch.compiler.is_compiling():
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= vocab_size:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"token id {bad} is outside [0, vocab_size={vocab_size}); encode out-of-vocabulary "
+                             f"words as <unk> (Vocabulary.encode(..., oov='unk'))")
 
 
 class Block(nn.Module):
@@ -171,7 +179,7 @@ class Transformer(nn.Module):
 
     def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """ids: (B, T) int; attention_mask: optional (B, T), 1/True for real tokens, 0 for right padding."""
-        check_ids(ids, self.config.max_len)
+        check_ids(ids, self.config.max_len, self.config.vocab_size)
         x = self.tok_emb(ids)
         if self.pos is not None:
             x = self.pos(x)

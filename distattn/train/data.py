@@ -61,6 +61,14 @@ def _check_ids(ids: np.ndarray, vocab_size: int | None, what: str) -> None:
         raise ValueError(f"{what} hold token id {hi}, outside the vocabulary [0, {vocab_size})")
 
 
+def _check_special(value, name: str, vocab_size: int | None) -> None:
+    """A special id the data puts into batches itself (padding, separators, OOV)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0 or \
+            (vocab_size is not None and value >= vocab_size):
+        upper = "vocab_size" if vocab_size is None else f"vocab_size={vocab_size}"
+        raise ValueError(f"{name}={value!r} is invalid; allowed: a token id in [0, {upper})")
+
+
 def epoch_plan(n_items: int, batch_size: int, *, epoch: int = 0, seed: int = 0, shuffle: bool = True,
                drop_last: bool = True, rank: int = 0, world: int = 1, lengths: np.ndarray | None = None,
                length_grouping: int = 0) -> list[np.ndarray]:
@@ -73,6 +81,14 @@ def epoch_plan(n_items: int, batch_size: int, *, epoch: int = 0, seed: int = 0, 
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+    for name, value, low in (("n_items", n_items, 0), ("world", world, 1), ("rank", rank, 0), ("seed", seed, 0),
+                             ("epoch", epoch, 0), ("length_grouping", length_grouping, 0)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    if rank >= world:          # a rank out of range once gave another process's batches (rank=-1: the last one's)
+        raise ValueError(f"rank={rank} must be below world={world}")
+    if lengths is not None and len(lengths) != n_items:
+        raise ValueError(f"lengths has {len(lengths)} entries for n_items={n_items}; they must match")
     if batch_size % world:
         raise ValueError(f"batch_size={batch_size} must be divisible by the number of processes world={world}")
     rng = np.random.default_rng([int(seed), int(epoch)])
@@ -135,6 +151,11 @@ class ClassificationData:
         _check_ids(self.docs.ids, vocab_size, "documents")
         if isinstance(pad_multiple, bool) or not isinstance(pad_multiple, int) or pad_multiple < 1:
             raise ValueError(f"pad_multiple must be an integer >= 1; got {pad_multiple!r}")
+        if (isinstance(head_fraction, bool) or not isinstance(head_fraction, (int, float))
+                or not 0.0 <= head_fraction <= 1.0):
+            raise ValueError(f"head_fraction must be a number in [0, 1] (the share of max_len kept from the start "
+                             f"with truncation='head+tail'); got {head_fraction!r}")
+        _check_special(pad_id, "pad_id", vocab_size)
         self.max_len, self.truncation, self.pad_id, self.pad_multiple = max_len, truncation, pad_id, pad_multiple
         self.head = max(1, int(round(head_fraction * max_len))) if truncation == "head+tail" else max_len
         self.lengths = np.minimum(lengths, max_len)
@@ -187,6 +208,9 @@ class LMData:
                  vocab_size: int | None = None):
         ragged = as_ragged(docs)
         _check_seq_len(seq_len)
+        _check_special(bos_id, "bos_id", vocab_size)
+        if oov_id is not None:
+            _check_special(oov_id, "oov_id", vocab_size)
         lengths = ragged.lengths
         stream, _ = packed_stream(ragged, bos_id)
         self.targets_stream = stream.copy()

@@ -47,8 +47,15 @@ class NextTokenScorer:
         self.model = model
         self.max_len = int(model.config.max_len)
         self.vocab_size = int(model.config.vocab_size)
+        for name, value in (("bos_id", bos_id), ("oov_id", oov_id)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.vocab_size:
+                raise ValueError(f"{name}={value!r} is invalid; allowed: an id in [0, vocab_size={self.vocab_size})")
+        for name, value in (("stride", stride), ("batch_size", batch_size)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}={value!r} is invalid; allowed: an integer >= 1"
+                                 + (" (None: max_len // 2)" if name == "stride" else ""))
         self.bos_id, self.oov_id = bos_id, oov_id
-        self.stride = stride or max(1, self.max_len // 2)
+        self.stride = stride if stride is not None else max(1, self.max_len // 2)
         if not 1 <= self.stride <= self.max_len - 1 and self.max_len > 1:
             raise ValueError(f"stride must be in [1, max_len - 1 = {self.max_len - 1}]; got {self.stride}")
         if precision not in ("fp32", "bf16"):
