@@ -194,3 +194,13 @@ def test_attention_flow_refuses_an_eps_that_would_never_saturate(eps):
     U = np.full((3, 3), 1 / 3)
     with pytest.raises(ValueError, match="eps must be a finite real number >= 0"):   # -1 used to loop forever
         attention_flow(np.stack([U, U, U]), eps=eps)
+
+
+def test_graph_helpers_refuse_impossible_parameters():
+    from distattn.analysis import allowed_keys, previous_token_attention
+    with pytest.raises(ValueError, match=r"damping must be a number in \(0, 1\); got 1.5"):
+        pagerank(np.full((3, 3), 1 / 3), damping=1.5)
+    with pytest.raises(ValueError, match="length must be an integer >= 1"):
+        previous_token_attention(0)                                   # once an IndexError
+    with pytest.raises(ValueError, match="length must be an integer >= 1"):
+        allowed_keys(-1)

@@ -228,3 +228,10 @@ def test_sha256_file_refuses_an_empty_read_size(tmp_path):
     assert sha256_file(f, chunk=1) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     with pytest.raises(ValueError, match="chunk=0 is invalid; allowed: an integer >= 1"):
         sha256_file(f, chunk=0)                             # gave the empty file's hash
+
+
+def test_register_corpus_refuses_a_factory_that_cannot_be_called():
+    from distattn.corpus import register_corpus
+    with pytest.raises(TypeError, match="factory must be callable"):
+        register_corpus("x", 3)
+    assert "x" not in available_corpora()

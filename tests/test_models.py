@@ -316,3 +316,13 @@ def test_bad_config_values_are_named(field, value, message):
 def test_lm_must_be_causal():
     with pytest.raises(ValueError, match="causal"):
         TransformerLM(LMConfig(vocab_size=V, d_model=8, n_heads=2, causal=False))
+
+
+def test_layer_and_head_configs_refuse_sizes_that_build_broken_models():
+    from distattn.models.attention import MultiHeadSelfAttention
+    with pytest.raises(ValueError, match="n_heads must be an integer >= 1; got 0"):
+        MultiHeadSelfAttention(8, 0)                                  # once ZeroDivisionError
+    with pytest.raises(ValueError, match="positional must be one of .*got 'rotary'"):
+        MultiHeadSelfAttention(8, 2, positional="rotary")             # once silently no positions
+    with pytest.raises(ValueError, match="head_hidden must be an integer >= 1; got 0"):
+        TransformerClassifier(seed_classifier_config(vocab_size=V, head_hidden=0))

@@ -437,3 +437,14 @@ def test_data_refuses_special_ids_outside_the_vocabulary():
         ClassificationData(docs, [0, 1], max_len=4, pad_id=99, vocab_size=10)
     with pytest.raises(ValueError, match="bos_id=-3 is invalid"):                # once blamed on the documents
         LMData(docs, seq_len=2, bos_id=-3)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("betas", (0.9, 1.5), r"betas must be two numbers in \[0, 1\)"),
+    ("eps", "x", r"eps must be a number in \(0, 1\)"),
+    ("max_steps", True, "max_steps must be None or an integer >= 1"),
+    ("select_on", 3, "select_on must look like 'set/metric'"),
+])
+def test_train_config_checks_the_optimizer_fields(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**{field: value}).validate()

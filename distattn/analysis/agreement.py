@@ -49,8 +49,14 @@ DIAGONAL_POLICIES = ("keep", "drop")
 BASELINES = ("uniform", "previous_token")
 
 
+def _check_length(length) -> None:
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 1:
+        raise ValueError(f"length must be an integer >= 1 (tokens in the sequence); got {length!r}")
+
+
 def allowed_keys(length: int, causal: bool = False, diagonal: str = "keep") -> np.ndarray:
     """Boolean (R, R) mask of the keys each query row is compared on."""
+    _check_length(length)
     if diagonal not in DIAGONAL_POLICIES:
         raise ValueError(f"diagonal must be one of {DIAGONAL_POLICIES}, got {diagonal!r}")
     mask = np.tril(np.ones((length, length), dtype=bool)) if causal else np.ones((length, length), dtype=bool)
@@ -68,6 +74,7 @@ def uniform_attention(length: int, causal: bool = False, diagonal: str = "keep")
 
 def previous_token_attention(length: int) -> np.ndarray:
     """Row i puts all its mass on key i-1; row 0 on itself (R, R)."""
+    _check_length(length)
     A = np.zeros((length, length))
     A[0, 0] = 1.0
     A[np.arange(1, length), np.arange(length - 1)] = 1.0

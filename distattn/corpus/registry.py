@@ -15,6 +15,10 @@ class UnknownCorpusError(ValueError):
 
 def register_corpus(name: str, factory: Callable, description: str = "") -> None:
     """Register ``factory(**kwargs)`` under ``name`` (overwrites)."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string; got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"factory must be callable (factory(**options) -> Corpus); got {factory!r}")
     _REGISTRY[name] = (factory, description)
 
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from distattn.models.hooks import HookPoint
-from distattn.models.positional import RelativePositions, Rotary
+from distattn.models.positional import POSITIONAL, RelativePositions, Rotary
 
 __all__ = ["MultiHeadSelfAttention"]
 
@@ -50,6 +50,11 @@ class MultiHeadSelfAttention(nn.Module):
                  causal: bool = False, positional: str = "none", max_len: int = 256,
                  rel_max_distance: int | None = None):
         super().__init__()
+        for name, value in (("d_model", d_model), ("n_heads", n_heads), ("max_len", max_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+        if positional not in POSITIONAL:
+            raise ValueError(f"positional must be one of {POSITIONAL}; got {positional!r}")
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads

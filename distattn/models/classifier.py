@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from distattn.models.hooks import run_with_cache
-from distattn.models.transformer import Transformer, TransformerConfig, _probability
+from distattn.models.transformer import Transformer, TransformerConfig, _positive_int, _probability
 
 POOLINGS = ("mean",)
 
@@ -39,6 +39,8 @@ class ClassifierConfig(TransformerConfig):
     def validate(self) -> "ClassifierConfig":
         super().validate()
         _probability(self.head_dropout, "head_dropout")
+        if self.head_hidden is not None:
+            _positive_int(self.head_hidden, "head_hidden")        # 0 once built a constant classifier
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}; got {self.pooling!r}")
         return self

@@ -89,8 +89,15 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be an integer >= 0; got {v!r}")
-        if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
+        if self.max_steps is not None and (isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int)
+                                           or self.max_steps < 1):
             raise ValueError(f"max_steps must be None or an integer >= 1; got {self.max_steps!r}")
+        betas = self.betas
+        if (not isinstance(betas, (tuple, list)) or len(betas) != 2
+                or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in betas)):
+            raise ValueError(f"betas must be two numbers in [0, 1); got {betas!r}")
+        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0.0 < self.eps < 1.0:
+            raise ValueError(f"eps must be a number in (0, 1); got {self.eps!r}")
         if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be a finite number > 0; got {self.lr!r}")
         if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
@@ -106,7 +113,7 @@ class TrainConfig:
             raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; got {self.device!r}")
         if not (isinstance(self.compile, bool) or self.compile in COMPILE_MODES):
             raise ValueError(f"compile must be True, False or one of {COMPILE_MODES}; got {self.compile!r}")
-        if self.select_on is not None and self.select_on.count("/") != 1:
+        if self.select_on is not None and (not isinstance(self.select_on, str) or self.select_on.count("/") != 1):
             raise ValueError(f"select_on must look like 'set/metric' (e.g. 'val/accuracy'); got {self.select_on!r}")
         return self
 
