@@ -235,3 +235,12 @@ def test_register_corpus_refuses_a_factory_that_cannot_be_called():
     with pytest.raises(TypeError, match="factory must be callable"):
         register_corpus("x", 3)
     assert "x" not in available_corpora()
+
+
+def test_subsets_need_a_full_mask_or_integer_indices():
+    tc = tokenize_corpus(["a b", "c d", "e"], cache=False)
+    with pytest.raises(ValueError, match=r"one entry per document \(3\); got shape \(1,\)"):
+        tc.take([True])                                        # once quietly one document
+    with pytest.raises(TypeError, match="integer indices or a boolean mask"):
+        tc.take([0.5])
+    assert len(tc.take([True, False, True])) == 2 and len(tc.take([2, 0])) == 2

@@ -278,3 +278,14 @@ def test_estimator_validates_at_fit():
     from sklearn.exceptions import NotFittedError
     with pytest.raises(NotFittedError):
         ProjectionPredictor().context_matrix([0])
+
+
+def test_attention_weights_checks_the_known_mask_against_M():
+    from distattn.projection import attention_weights
+    M = np.arange(9.0).reshape(3, 3)
+    with pytest.raises(ValueError, match=r"known must be a boolean mask of shape \(3,\)"):
+        attention_weights(M, "row", known=np.array([True, False]))      # once silently the wrong rows
+    with pytest.raises(ValueError, match=r"M must be square"):
+        attention_weights(np.ones(3), "row")
+    A = attention_weights(M, "row", known=np.array([True, False, True]))
+    assert A[1].sum() == 0 and A[:, 1].sum() == 0 and A[0].sum() == pytest.approx(1.0)

@@ -318,6 +318,8 @@ def top_singular_vectors(X, k: int, side: str = "left", *, algorithm: str = "ran
     (``"right"``, row space) singular subspace of ``X`` (sparse, dense or factored)."""
     if side not in ("left", "right"):
         raise ValueError(f"side must be 'left' or 'right', got {side!r}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     if isinstance(X, FactoredMatrix) or _looks_factored(X) or isinstance(X, tuple):
         F = as_factored(X)
         if F.ndim != 2:

@@ -73,7 +73,12 @@ class _SubsetMixin:
     def _subset_docs(self, docs):
         docs = np.asarray(docs)
         if docs.dtype == bool:
+            if docs.shape != (len(self),):       # a short mask once silently kept only its own length
+                raise ValueError(f"a boolean mask must have one entry per document ({len(self)}); got shape "
+                                 f"{docs.shape}")
             docs = np.flatnonzero(docs)
+        elif docs.size and docs.dtype.kind not in "iu":
+            raise TypeError(f"documents must be selected by integer indices or a boolean mask; got dtype {docs.dtype}")
         return docs
 
     def split(self, split: str | Sequence[str]):

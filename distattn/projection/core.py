@@ -201,6 +201,13 @@ def attention_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: 
     """
     _checks.choice(normalization, "normalization", NORMALIZATIONS)
     M = np.asarray(M, dtype=np.float64)
+    if M.ndim != 2 or M.shape[0] != M.shape[1]:
+        raise ValueError(f"M must be square (length, length); got shape {M.shape}")
+    if known is not None:
+        known = np.asarray(known)
+        if known.dtype != bool or known.shape != (M.shape[0],):
+            raise ValueError(f"known must be a boolean mask of shape ({M.shape[0]},); got dtype {known.dtype}, "
+                             f"shape {known.shape}")
     if normalization == "none":
         return M
     if known is None or known.all():
