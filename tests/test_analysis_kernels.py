@@ -208,3 +208,12 @@ def test_kernels_refuse_mismatched_shapes_and_non_finite_parameters():
     with pytest.raises(ValueError, match="gamma must be a finite positive number, None or 'median'; got inf"):
         rbf_kernel(X, gamma=np.inf)
     assert np.isfinite(rbf_kernel(X, gamma=np.float32(0.5))).all()
+
+
+def test_head_agreement_and_rollout_refuse_ragged_or_empty_stacks():
+    from distattn.analysis import attention_rollout
+    T = _rows(3, seed=1)
+    with pytest.raises(ValueError, match=r"sequence 0 has \(2, 1\), sequence 1 has \(1, 1\)"):
+        head_agreement([np.stack([T[None], T[None]]), T[None, None]], [T, T])
+    with pytest.raises(ValueError, match="attentions is empty"):
+        attention_rollout([])

@@ -159,3 +159,13 @@ def test_errors(monkeypatch):
     monkeypatch.setenv("DISTATTN_MAX_MEMORY", "1K")
     with pytest.raises(MemoryBudgetError, match="SVDEmbeddings"):
         SVDEmbeddings(dim=3).fit(X)
+
+
+def test_svd_refuses_non_finite_input_and_integer_dtypes():
+    from distattn.stats.embeddings import truncated_svd
+    X = np.eye(5)
+    X[2, 3] = np.nan
+    with pytest.raises(ValueError, match="X contains NaN or inf"):          # once ARPACK's own error
+        truncated_svd(sp.csr_array(X), 2)
+    with pytest.raises(ValueError, match="dtype must be float32 or float64, got int64"):
+        SVDEmbeddings(dim=2, dtype=np.int64).fit(sp.csr_array(np.eye(5)))  # once all-zero vectors

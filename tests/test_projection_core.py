@@ -289,3 +289,10 @@ def test_attention_weights_checks_the_known_mask_against_M():
         attention_weights(np.ones(3), "row")
     A = attention_weights(M, "row", known=np.array([True, False, True]))
     assert A[1].sum() == 0 and A[:, 1].sum() == 0 and A[0].sum() == pytest.approx(1.0)
+
+
+def test_unk_id_must_be_an_id_of_the_vocabulary():
+    with pytest.raises(ValueError, match=r"unk_id must be None or a token id in \[0, vocab_size=3\); got 'x'"):
+        ProjectionPredictor(unk_id="x").fit(np.eye(3))                         # refused at fit, sklearn-style
+    with pytest.raises(ValueError, match="got 1.5"):
+        context_matrix([0, 1], np.eye(3), unk_id=1.5)

@@ -320,6 +320,10 @@ def head_agreement(head_patterns, predictions, *, causal: bool = False, diagonal
         raise ValueError(f"each sequence's head patterns must be (layers, heads, R, R); got shapes "
                          f"{sorted({h.shape for h in H})[:3]}")
     n_layers, n_heads = H[0].shape[:2]
+    other = next((s for s, h in enumerate(H) if h.shape[:2] != (n_layers, n_heads)), None)
+    if other is not None:              # once an IndexError from deep inside the loop
+        raise ValueError(f"every sequence needs the same (layers, heads); sequence 0 has {(n_layers, n_heads)}, "
+                         f"sequence {other} has {H[other].shape[:2]}")
     preds = predictions if isinstance(predictions, dict) else {"projection": predictions}
     preds = {k: _sequences(v, k) for k, v in preds.items()}
     rows = []

@@ -74,6 +74,8 @@ def layer_attentions(attentions, head_reduction: str = "mean", residual: float |
     if head_reduction not in HEAD_REDUCTIONS:
         raise ValueError(f"head_reduction must be one of {HEAD_REDUCTIONS}, got {head_reduction!r}")
     if isinstance(attentions, (list, tuple)):
+        if not attentions:
+            raise ValueError("attentions is empty; pass at least one layer's (H, R, R) or (R, R) pattern")
         A = np.stack([to_numpy(a) for a in attentions])
     else:
         A = to_numpy(attentions)
@@ -83,8 +85,9 @@ def layer_attentions(attentions, head_reduction: str = "mean", residual: float |
         A = {"mean": A.mean, "max": A.max, "min": A.min}[head_reduction](axis=1)
         if head_reduction != "mean":
             A = A / np.maximum(A.sum(axis=-1, keepdims=True), np.finfo(float).tiny)
-    if A.ndim != 3 or A.shape[-1] != A.shape[-2]:
-        raise ValueError(f"attentions must have shape (layers, heads, R, R), (layers, R, R) or (R, R); got {A.shape}")
+    if A.ndim != 3 or A.shape[-1] != A.shape[-2] or 0 in A.shape:
+        raise ValueError(f"attentions must have shape (layers, heads, R, R), (layers, R, R) or (R, R) with at least "
+                         f"one layer and one token; got {A.shape}")
     if not np.all(np.isfinite(A)) or np.any(A < 0):
         raise ValueError("attention weights must be finite and non-negative")
     return A if residual is None else residual_attention(A, residual)

@@ -80,6 +80,12 @@ def _integer_array(values, name: str) -> np.ndarray:
     return arr
 
 
+def _check_unk_id(unk_id, vocab_size: int) -> None:
+    if unk_id is not None and (isinstance(unk_id, bool) or not isinstance(unk_id, numbers.Integral)
+                               or not 0 <= unk_id < vocab_size):
+        raise ValueError(f"unk_id must be None or a token id in [0, vocab_size={vocab_size}); got {unk_id!r}")
+
+
 def token_ids(values, vocab_size: int, *, unk_id: int | None = None, name: str = "token_ids",
               require_known: bool = True) -> np.ndarray:
     """A 1-D int64 array of ids in ``[0, vocab_size)``, with out-of-vocabulary tokens as ``-1``.
@@ -88,6 +94,7 @@ def token_ids(values, vocab_size: int, *, unk_id: int | None = None, name: str =
     an empty sequence, for ids ``>= vocab_size`` and, when ``require_known``, for a sequence
     whose tokens are all OOV.
     """
+    _check_unk_id(unk_id, vocab_size)
     arr = _integer_array(values, name)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be a 1-D sequence of token ids; got shape {arr.shape}")
@@ -115,6 +122,7 @@ def documents(docs, vocab_size: int, *, unk_id: int | None = None, name: str = "
     ``(ids, offsets)`` of a flat id array and int64 document offsets, or a list (any
     iterable but a tuple) of 1-D id arrays. Documents may be empty or all-OOV here (they simply yield no prediction).
     """
+    _check_unk_id(unk_id, vocab_size)
     if hasattr(docs, "ids") and hasattr(docs, "offsets"):
         ids, offsets = docs.ids, docs.offsets
     elif isinstance(docs, tuple):

@@ -75,7 +75,9 @@ class ProjectionPredictor(BaseEstimator):
         _checks.positive_float(self.attention_temperature, "attention_temperature")
         expected = None if self.vocabulary is None else (
             self.vocabulary if isinstance(self.vocabulary, (int, np.integer)) else len(self.vocabulary))
-        self.cooc_ = _checks.cooc_matrix(cooc, vocab_size=expected)
+        S = _checks.cooc_matrix(cooc, vocab_size=expected)
+        _checks._check_unk_id(self.unk_id, S.shape[0])
+        self.cooc_ = S
         self.vocab_size_ = self.cooc_.shape[0]
         self._causal_plan = None  # the fused kernel's per-S tables, built on first use
         return self
