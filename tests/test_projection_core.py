@@ -296,3 +296,12 @@ def test_unk_id_must_be_an_id_of_the_vocabulary():
         ProjectionPredictor(unk_id="x").fit(np.eye(3))                         # refused at fit, sklearn-style
     with pytest.raises(ValueError, match="got 1.5"):
         context_matrix([0, 1], np.eye(3), unk_id=1.5)
+
+
+def test_causal_weights_and_batch_evidence_check_their_shapes_and_sizes():
+    from distattn.projection import global_evidences
+    from distattn.projection.causal import causal_weights
+    with pytest.raises(ValueError, match=r"M must be square \(length, length\); got shape \(3,\)"):
+        causal_weights(np.ones(3))
+    with pytest.raises(ValueError, match="chunk_pairs must be an integer >= 1; got -5"):
+        global_evidences([np.array([0, 1])], np.eye(3), chunk_pairs=-5)

@@ -146,6 +146,7 @@ def global_evidences(documents, cooc, *, normalization: str = "none", zero_rows:
     docs = _checks.documents(documents, V, unk_id=unk_id)
     if max_length is not None:
         docs = docs.truncate(_checks.positive_int(max_length, "max_length"))
+    chunk_pairs = _checks.positive_int(chunk_pairs, "chunk_pairs")
     n = len(docs)
     check_memory(8.0 * n * V, f"the dense global evidence ({n} x {V})")
     keys = sorted_keys(S)

@@ -58,6 +58,8 @@ def causal_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: str
     _checks.choice(normalization, "normalization", NORMALIZATIONS)
     _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)
     M = np.asarray(M, dtype=np.float64)
+    if M.ndim != 2 or M.shape[0] != M.shape[1]:
+        raise ValueError(f"M must be square (length, length); got shape {M.shape}")
     R = M.shape[0]
     lower = np.tril(np.ones((R, R), dtype=bool))
     if normalization == "none":
