@@ -265,3 +265,14 @@ def test_sense_communities_render_as_a_table():
                     "share": [0.25, 0.75], "modularity": 0.3})
     assert "modularity 0.300" in html and "&lt;b&gt;" in html and "<b>" not in html.replace("<b>bank</b>", "")
     assert html.index("money, loan") < html.index("river, shore")          # largest share first
+
+
+def test_run_directories_are_claimed_atomically(tmp_path):
+    """Runs started in the same second once shared one directory, so a failing run's cleanup
+    could delete a live twin's output."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distattn.compare.run import make_run_dir
+    with ThreadPoolExecutor(8) as pool:
+        dirs = list(pool.map(lambda _: make_run_dir(str(tmp_path), "paper"), range(16)))
+    assert len(set(dirs)) == 16 and all((d / "figures").is_dir() for d in dirs)

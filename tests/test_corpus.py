@@ -244,3 +244,15 @@ def test_subsets_need_a_full_mask_or_integer_indices():
     with pytest.raises(TypeError, match="integer indices or a boolean mask"):
         tc.take([0.5])
     assert len(tc.take([True, False, True])) == 2 and len(tc.take([2, 0])) == 2
+
+
+def test_a_utf16_text_file_is_split_into_lines_after_decoding(tmp_path):
+    path = tmp_path / "wide.txt"
+    path.write_bytes("first line\nsecond café\n".encode("utf-16"))
+    docs = list(get_corpus("text", path=str(path), encoding="utf-16"))
+    assert [d.text.decode() for d in docs] == ["first line", "second café"]   # once mojibake and a third line
+
+
+
+def test_unsigned_and_signed_ids_concatenate_as_integers():
+    assert RaggedIds.from_sequences([np.array([1], np.uint64), [2]]).ids.tolist() == [1, 2]

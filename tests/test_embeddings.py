@@ -169,3 +169,10 @@ def test_svd_refuses_non_finite_input_and_integer_dtypes():
         truncated_svd(sp.csr_array(X), 2)
     with pytest.raises(ValueError, match="dtype must be float32 or float64, got int64"):
         SVDEmbeddings(dim=2, dtype=np.int64).fit(sp.csr_array(np.eye(5)))  # once all-zero vectors
+
+
+def test_sparse_formats_without_a_flat_data_array_still_reach_the_svd():
+    X = np.diag([5.0, 4.0, 3.0, 2.0, 1.0])
+    for fmt in (sp.lil_array, sp.dok_array, sp.csr_array):
+        _, s, _ = truncated_svd(fmt(X), 2)
+        assert_allclose(s, [5.0, 4.0])

@@ -92,3 +92,13 @@ def test_module_entry_point(tmp_path):
                          text=True, env=env, timeout=120)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["vocab_size"] == 7
+
+
+def test_the_cooccurrence_name_is_the_function_whatever_was_imported_first():
+    """With a lazy export, importing the submodule distattn.stats.cooccurrence first (as
+    distattn.stats.pipeline does) left `from distattn.stats import cooccurrence` the module."""
+    code = ("import distattn.stats.pipeline, distattn.stats.cooccurrence\n"
+            "from distattn.stats import cooccurrence\n"
+            "assert callable(cooccurrence) and cooccurrence.__name__ == 'cooccurrence', cooccurrence\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import textwrap
 from pathlib import Path
 
@@ -267,12 +268,15 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script), str(b), "slow"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     reached = False
+    watchdog = threading.Timer(120, proc.kill)                   # a stalled child fails the test, not hangs it
+    watchdog.start()
     try:
         for line in proc.stdout:                                 # epoch logs, then the marker at step 7
             if line.strip() == b"AT_STEP_7":
                 reached = True
                 break
     finally:
+        watchdog.cancel()
         proc.kill()                                              # SIGKILL, mid-training (or a child gone wrong)
         proc.wait(timeout=30)
     assert reached, proc.stderr.read().decode()[-2000:]
@@ -448,3 +452,22 @@ def test_data_refuses_special_ids_outside_the_vocabulary():
 def test_train_config_checks_the_optimizer_fields(field, value, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**{field: value}).validate()
+
+
+def test_numpy_scalars_are_accepted_where_python_numbers_are():
+    """The checks use numbers.Integral/Real: np.int64(8) is a fine batch size."""
+    from distattn.analysis import pagerank
+    from distattn.models import LMConfig, TransformerLM
+    from distattn.train import evaluate_lm
+    from distattn.train.lm_eval import NextTokenScorer
+    lm = TransformerLM(LMConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, max_len=8))
+    NextTokenScorer(lm, stride=np.int64(4), batch_size=np.int64(8), bos_id=np.int64(0), oov_id=np.int32(1))
+    docs = [np.array([2, 3, 4, 5, 6])]
+    assert evaluate_lm(lm, docs, unk_id=np.int64(1)).n_predictions == 4
+    with pytest.raises(ValueError, match=r"unk_id=99 is invalid; allowed: None or an id in \[0, vocab_size=20\)"):
+        evaluate_lm(lm, docs, unk_id=99)
+    with pytest.raises(ValueError, match="batch_size=None is invalid"):
+        NextTokenScorer(lm, batch_size=None)
+    np.testing.assert_allclose(pagerank(np.full((3, 3), 1 / 3), damping=np.float32(0.85)), 1 / 3)
+    ClassificationData([np.array([2, 3])], [1], max_len=4, truncation="head+tail", head_fraction=np.float32(0.25))
+    TrainConfig(betas=(np.float32(0.9), 0.95), eps=np.float64(1e-8)).validate()

@@ -74,7 +74,7 @@ def pagerank(attention, damping: float = 0.85) -> np.ndarray:
     Uniform attention gives ``1/R`` everywhere."""
     import networkx as nx
 
-    if isinstance(damping, bool) or not isinstance(damping, (int, float)) or not 0.0 < damping < 1.0:
+    if isinstance(damping, bool) or not isinstance(damping, numbers.Real) or not 0.0 < damping < 1.0:
         raise ValueError(f"damping must be a number in (0, 1); got {damping!r}")
     A = _attention(attention)
     G = attention_graph(A)

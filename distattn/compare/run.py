@@ -31,11 +31,16 @@ def make_run_dir(out: str, corpus: str) -> Path:
     """``<out>/<corpus>-<timestamp>``, created now so an unwritable ``--out`` fails before any work."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = Path(out) / f"{corpus}-{stamp}"
-    i = 1
-    while run_dir.exists():
-        run_dir = Path(out) / f"{corpus}-{stamp}-{i}"
-        i += 1
     try:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        i = 0
+        while True:                 # claimed atomically: two runs started in the same second never share one
+            run_dir = Path(out) / (f"{corpus}-{stamp}" if i == 0 else f"{corpus}-{stamp}-{i}")
+            try:
+                run_dir.mkdir()
+                break
+            except FileExistsError:
+                i += 1
         for sub in ("figures", "graphs", "checkpoints"):
             (run_dir / sub).mkdir(parents=True, exist_ok=True)
         probe = run_dir / ".write-test"

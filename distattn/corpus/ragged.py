@@ -55,6 +55,7 @@ class RaggedIds:
         for i, a in enumerate(arrays):
             if a.ndim != 1:
                 raise ValueError(f"document {i} must be a 1-D sequence of token ids; got shape {a.shape}")
+        arrays = [a.astype(np.int64, copy=False) for a in arrays]   # uint64 + int64 would concatenate to float64
         lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
         offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])

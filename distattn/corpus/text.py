@@ -59,10 +59,14 @@ class TextCorpus(Corpus):
         if self.kind == "dir":
             for p in self._files:
                 yield Document(self._utf8(p.read_bytes()), split="all", name=str(p.relative_to(self.path)))
-        elif self.kind == "txt":
+        elif self.kind == "txt" and self.encoding == "utf-8":
             with open(self.path, "rb") as fh:
                 for i, line in enumerate(fh):
-                    yield Document(self._utf8(line.rstrip(b"\r\n")), split="all", name=f"line{i + 1}")
+                    yield Document(line.rstrip(b"\r\n"), split="all", name=f"line{i + 1}")
+        elif self.kind == "txt":               # decoded before splitting: a UTF-16 newline is two bytes
+            with open(self.path, encoding=self.encoding, errors="replace", newline="") as fh:
+                for i, line in enumerate(fh):
+                    yield Document(line.rstrip("\r\n").encode("utf-8"), split="all", name=f"line{i + 1}")
         else:
             with open(self.path, encoding=self.encoding) as fh:
                 for i, line in enumerate(fh, 1):

@@ -13,6 +13,7 @@ Both paths compute the same function (tests pin them to each other).
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 import torch.nn.functional as F
@@ -51,7 +52,7 @@ class MultiHeadSelfAttention(nn.Module):
                  rel_max_distance: int | None = None):
         super().__init__()
         for name, value in (("d_model", d_model), ("n_heads", n_heads), ("max_len", max_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
         if positional not in POSITIONAL:
             raise ValueError(f"positional must be one of {POSITIONAL}; got {positional!r}")

@@ -40,7 +40,7 @@ class ClassifierConfig(TransformerConfig):
         super().validate()
         _probability(self.head_dropout, "head_dropout")
         if self.head_hidden is not None:
-            _positive_int(self.head_hidden, "head_hidden")        # 0 once built a constant classifier
+            _positive_int(self.head_hidden, "head_hidden")        # 0 was silently read as "the default"
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}; got {self.pooling!r}")
         return self

@@ -144,7 +144,7 @@ def documents(docs, vocab_size: int, *, unk_id: int | None = None, name: str = "
         bad = np.unique(ids[ids >= vocab_size])[:5].tolist()
         raise ValueError(f"{name} contains ids {bad} outside [0, vocab_size={vocab_size}); "
                          f"negative ids (or unk_id) mark out-of-vocabulary tokens")
-    ragged = RaggedIds(ids, np.asarray(offsets, dtype=np.int64))  # validates the offsets
+    ragged = RaggedIds(ids, offsets)  # validates the offsets (integers, 0 .. n_tokens, non-decreasing)
     flat = ragged.ids.copy()
     flat[flat < 0] = OOV
     if unk_id is not None:

@@ -1,10 +1,14 @@
 """Stage 2: co-occurrence, PPMI and SVD statistics (sparse, vectorised).
 
-Names are imported on first use, so ``from distattn.stats import cooccurrence`` does not pay
-for scikit-learn's import.
+Names are imported on first use, so ``from distattn.stats import ppmi`` does not pay for
+scikit-learn's import. ``cooccurrence`` is the exception: it shares its name with its submodule,
+and importing ``distattn.stats.cooccurrence`` anywhere would bind the package attribute to the
+module, so the function is bound here, eagerly (numpy, scipy and numba only).
 """
 
 from importlib import import_module
+
+from distattn.stats.cooccurrence import cooccurrence  # noqa: E402,F401  (see the docstring)
 
 _EXPORTS = {
     "cooccurrence": "distattn.stats.cooccurrence",

@@ -53,7 +53,7 @@ def truncated_svd(X, dim: int, algorithm: str = "arpack", random_state=0, dtype=
         raise ValueError(f"algorithm must be one of {_ALGORITHMS}, got {algorithm!r}.")
     if np.dtype(dtype) not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {np.dtype(dtype)}.")
-    values = X.data if sp.issparse(X) else np.asarray(X)
+    values = (X if X.format in ("csr", "csc", "coo") else sp.csr_array(X)).data if sp.issparse(X) else np.asarray(X)
     if not np.all(np.isfinite(values)):              # ARPACK/LAPACK would fail with an opaque error
         raise ValueError("X contains NaN or inf; the SVD needs finite values.")
     m, n = X.shape

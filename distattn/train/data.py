@@ -6,6 +6,8 @@ processes, rebuilds exactly the same plan and takes its own slice.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import torch
 
@@ -151,7 +153,7 @@ class ClassificationData:
         _check_ids(self.docs.ids, vocab_size, "documents")
         if isinstance(pad_multiple, bool) or not isinstance(pad_multiple, int) or pad_multiple < 1:
             raise ValueError(f"pad_multiple must be an integer >= 1; got {pad_multiple!r}")
-        if (isinstance(head_fraction, bool) or not isinstance(head_fraction, (int, float))
+        if (isinstance(head_fraction, bool) or not isinstance(head_fraction, numbers.Real)
                 or not 0.0 <= head_fraction <= 1.0):
             raise ValueError(f"head_fraction must be a number in [0, 1] (the share of max_len kept from the start "
                              f"with truncation='head+tail'); got {head_fraction!r}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import numbers
 import os
 import random
 import time
@@ -94,9 +95,9 @@ class TrainConfig:
             raise ValueError(f"max_steps must be None or an integer >= 1; got {self.max_steps!r}")
         betas = self.betas
         if (not isinstance(betas, (tuple, list)) or len(betas) != 2
-                or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in betas)):
+                or not all(isinstance(b, numbers.Real) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in betas)):
             raise ValueError(f"betas must be two numbers in [0, 1); got {betas!r}")
-        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not 0.0 < self.eps < 1.0:
+        if isinstance(self.eps, bool) or not isinstance(self.eps, numbers.Real) or not 0.0 < self.eps < 1.0:
             raise ValueError(f"eps must be a number in (0, 1); got {self.eps!r}")
         if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be a finite number > 0; got {self.lr!r}")

@@ -15,6 +15,8 @@ prediction beyond the first window has at least ``max_len - stride`` tokens of c
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import torch
 
@@ -48,10 +50,10 @@ class NextTokenScorer:
         self.max_len = int(model.config.max_len)
         self.vocab_size = int(model.config.vocab_size)
         for name, value in (("bos_id", bos_id), ("oov_id", oov_id)):
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.vocab_size:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < self.vocab_size:
                 raise ValueError(f"{name}={value!r} is invalid; allowed: an id in [0, vocab_size={self.vocab_size})")
         for name, value in (("stride", stride), ("batch_size", batch_size)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if (value is not None or name == "batch_size") and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
                 raise ValueError(f"{name}={value!r} is invalid; allowed: an integer >= 1"
                                  + (" (None: max_len // 2)" if name == "stride" else ""))
         self.bos_id, self.oov_id = bos_id, oov_id
@@ -154,6 +156,10 @@ def evaluate_lm(model, documents, *, unk_id: int | None = 1, bos_id: int = 0, st
     from distattn.projection.nexttoken import evaluate_next_token
 
     ragged = getattr(documents, "tokens", documents)
+    V = int(model.config.vocab_size)
+    if unk_id is not None and (isinstance(unk_id, bool) or not isinstance(unk_id, numbers.Integral)
+                               or not 0 <= unk_id < V):
+        raise ValueError(f"unk_id={unk_id!r} is invalid; allowed: None or an id in [0, vocab_size={V})")
     if device is None:
         device = next(model.parameters()).device
     scorer = NextTokenScorer(model, bos_id=bos_id, oov_id=unk_id if unk_id is not None else 1, stride=stride,

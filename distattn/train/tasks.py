@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -51,7 +52,7 @@ def in_eval_mode(method):
 
 
 def _eval_batch_size(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"eval_batch_size={value!r} is invalid; allowed: an integer >= 1")
     return value
 
