@@ -291,3 +291,15 @@ def test_qk_pmi_correlation_needs_one_vocabulary_on_both_sides():
     with pytest.raises(ValueError, match=r"exclude must hold ids in \[0, 3\); got \[-1\]"):
         top_frequent_ids([1, 2, 3], 2, exclude=[-1])                          # once dropped the last id
     assert top_frequent_ids([1, 2, 3], 2, exclude=[2]).tolist() == [1, 0]
+
+
+def test_subspace_helpers_refuse_non_finite_bases():
+    from distattn.projection.asymmetric import factored_svd
+    U = np.eye(4)[:, :2]
+    bad = U.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="U1 and U2 must be finite"):
+        principal_angles(bad, U)
+    with pytest.raises(ValueError, match="left and right must be finite"):
+        factored_svd(bad, U)
+    np.testing.assert_allclose(principal_angles(U, U), [0.0, 0.0], atol=1e-7)

@@ -350,6 +350,8 @@ def principal_angles(U1, U2) -> np.ndarray:
     U1, U2 = to_numpy(U1), to_numpy(U2)
     if U1.ndim != 2 or U2.ndim != 2 or U1.shape[0] != U2.shape[0]:
         raise ValueError(f"U1 and U2 must be 2-D with the same number of rows; got {U1.shape}, {U2.shape}")
+    if not (np.all(np.isfinite(U1)) and np.all(np.isfinite(U2))):
+        raise ValueError("U1 and U2 must be finite; they hold NaN or inf")       # else LAPACK's LinAlgError
     q1, q2 = np.linalg.qr(U1)[0], np.linalg.qr(U2)[0]
     cos = np.clip(np.linalg.svd(q1.T @ q2, compute_uv=False), 0.0, 1.0)
     return np.arccos(cos)

@@ -126,6 +126,8 @@ def factored_svd(left, right) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     B = np.asarray(right, dtype=np.float64)
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[1]:
         raise ValueError(f"left and right must be 2-D with the same number of columns; got {A.shape}, {B.shape}")
+    if not (np.all(np.isfinite(A)) and np.all(np.isfinite(B))):
+        raise ValueError("left and right must be finite; they hold NaN or inf")   # else LAPACK's LinAlgError
     qa, ra = np.linalg.qr(A)
     qb, rb = np.linalg.qr(B)
     u, s, vt = np.linalg.svd(ra @ rb.T)
