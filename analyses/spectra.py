@@ -33,7 +33,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="--corpus imdb: directory holding aclImdb_v1.tar.gz")
     p.add_argument("--vocab-size", type=positive_int, default=5000, help="most frequent words kept (text corpora)")
     p.add_argument("--window", type=positive_int, default=5, help="co-occurrence window (text corpora)")
-    p.add_argument("--k", type=positive_int, default=100, help="top singular values of the sparse statistics (default 100)")
+    p.add_argument("--k", type=positive_int, default=100,
+                   help="top singular values of the sparse statistics (default 100)")
     p.add_argument("--model", choices=["random", "lm", "none"], default="random",
                    help="circuits of a seeded random attention-only model (numpy), a freshly initialised "
                         "distattn.models.TransformerLM, or none")

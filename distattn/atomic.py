@@ -87,3 +87,14 @@ def config_hash(config: Any, length: int = 16) -> str:
     """A stable hash of a JSON-serialisable config, used to key cache entries."""
     blob = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
+
+
+def ensure_writable_dir(path: str | os.PathLike) -> Path:
+    """Create ``path`` (and its parents) and prove a file can be written there; raises ``OSError``.
+    Commands call it before any work, so an unwritable output fails at once, not at the end."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    probe = path / ".write-test"
+    probe.write_text("ok")
+    probe.unlink()
+    return path

@@ -424,7 +424,7 @@ def test_plans_and_scorers_refuse_values_that_once_misbehaved():
     lm = TransformerLM(LMConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, max_len=8))
     for kwargs, message in [(dict(stride=0), "stride=0 is invalid; allowed: an integer >= 1"),
                             (dict(batch_size=-1), "batch_size=-1 is invalid"),
-                            (dict(bos_id=99), r"bos_id=99 is invalid; allowed: an id in \[0, vocab_size=20\)"),
+                            (dict(bos_id=99), r"bos_id=99 is invalid; allowed: a token id in \[0, vocab_size=20\)"),
                             (dict(oov_id=-2), "oov_id=-2 is invalid")]:
         with pytest.raises(ValueError, match=message):
             NextTokenScorer(lm, **kwargs)
@@ -464,7 +464,7 @@ def test_numpy_scalars_are_accepted_where_python_numbers_are():
     NextTokenScorer(lm, stride=np.int64(4), batch_size=np.int64(8), bos_id=np.int64(0), oov_id=np.int32(1))
     docs = [np.array([2, 3, 4, 5, 6])]
     assert evaluate_lm(lm, docs, unk_id=np.int64(1)).n_predictions == 4
-    with pytest.raises(ValueError, match=r"unk_id=99 is invalid; allowed: None or an id in \[0, vocab_size=20\)"):
+    with pytest.raises(ValueError, match=r"unk_id=99 is invalid; allowed: a token id in \[0, vocab_size=20\)"):
         evaluate_lm(lm, docs, unk_id=99)
     with pytest.raises(ValueError, match="batch_size=None is invalid"):
         NextTokenScorer(lm, batch_size=None)

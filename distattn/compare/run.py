@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from distattn.atomic import write_json
+from distattn.atomic import ensure_writable_dir, write_json
 from distattn.compare.config import CompareConfig
 from distattn.compare.stages import Data, clamp_rank, load_data, stage_models, stage_projection, stage_statistics
 
@@ -35,17 +35,14 @@ def make_run_dir(out: str, corpus: str) -> Path:
         Path(out).mkdir(parents=True, exist_ok=True)
         i = 0
         while True:                 # claimed atomically: two runs started in the same second never share one
-            run_dir = Path(out) / (f"{corpus}-{stamp}" if i == 0 else f"{corpus}-{stamp}-{i}")
             try:
                 run_dir.mkdir()
                 break
             except FileExistsError:
                 i += 1
+                run_dir = Path(out) / f"{corpus}-{stamp}-{i}"
         for sub in ("figures", "graphs", "checkpoints"):
-            (run_dir / sub).mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
+            ensure_writable_dir(run_dir / sub)
     except OSError as exc:
         raise OutputDirError(f"cannot write the run directory {str(run_dir)!r} under --out {out!r}: "
                              f"{exc.strerror or exc}") from None

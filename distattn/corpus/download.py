@@ -4,6 +4,7 @@ a rename. A failed or interrupted download leaves nothing under the final name."
 from __future__ import annotations
 
 import hashlib
+import numbers
 import os
 import urllib.error
 import urllib.request
@@ -18,7 +19,7 @@ class DownloadError(OSError):
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:
         # read(0) returns b"" at once: the hash of an empty file, whatever the file holds
         raise ValueError(f"chunk={chunk!r} is invalid; allowed: an integer >= 1 (bytes read at a time)")
     h = hashlib.sha256()

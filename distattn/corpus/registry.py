@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-
 from typing import Callable
 
 _REGISTRY: dict[str, tuple[Callable, str]] = {}

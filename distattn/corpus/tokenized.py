@@ -23,7 +23,7 @@ from distattn.atomic import atomic_dir, config_hash
 from distattn.corpus.documents import Corpus, Document
 from distattn.corpus.ragged import RaggedIds
 from distattn.corpus.tokenize import default_tokenizer, tokenize_to_bytes, tokenizer_config
-from distattn.corpus.vocabulary import DEFAULT_SPECIALS, Vocabulary
+from distattn.corpus.vocabulary import DEFAULT_SPECIALS, Vocabulary, _not_a_string
 from distattn.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -221,10 +221,8 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
 
     ``cache``: True (the user cache directory), False (no cache), or a directory.
     """
-    if isinstance(corpus, (str, bytes)):
-        shown = corpus if len(corpus) <= 40 else corpus[:37] + "..."
-        raise TypeError(f"corpus={shown!r} is a string (it would be read as one document per character); "
-                        f"allowed: a Corpus, e.g. get_corpus('text', path=...), or a list of strings or Documents")
+    _not_a_string(corpus, "corpus", "a Corpus, e.g. get_corpus('text', path=...), or a list of strings or "
+                                    "Documents (a string would be read as one document per character)")
     tokenizer = tokenizer or default_tokenizer()
     fingerprint = corpus.fingerprint() if hasattr(corpus, "fingerprint") else None
     key = None

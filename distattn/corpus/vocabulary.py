@@ -17,12 +17,12 @@ DEFAULT_SPECIALS = (PAD, UNK)
 OOV_POLICIES = ("unk", "drop", "error", "negative")
 
 
-
 def _not_a_string(value, name: str, allowed: str) -> None:
     """A str is iterable, so it would silently count as a sequence of one-character tokens."""
     if isinstance(value, (str, bytes)):
         shown = value if len(value) <= 40 else value[:37] + "..."
         raise TypeError(f"{name}={shown!r} is a string; allowed: {allowed}")
+
 
 class Vocabulary:
     """An id <-> word map. Specials come first (``<pad>`` = 0, ``<unk>`` = 1 by default), then

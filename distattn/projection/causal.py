@@ -34,6 +34,7 @@ from numba.extending import intrinsic
 import numpy as np
 import scipy.sparse as sp
 
+from distattn.corpus.ragged import RaggedIds
 from distattn.projection import _checks
 from distattn.projection._scoring import FASTMATH, score_row
 from distattn.projection.core import NORMALIZATIONS, ZERO_ROW_POLICIES
@@ -514,6 +515,12 @@ def causal_scores(docs, S: sp.csr_array, *, temperature: float = 1.0, prior: np.
     elif len(plan) != 3 or plan[0].shape[0] != S.nnz or plan[1].shape[0] != S.nnz or plan[2].shape[0] != V:
         raise ValueError(f"plan was not built by causal_plan for this S (vocab_size={V}); omit it or pass "
                          f"causal_plan(S)")
+    return _causal_scores(docs, S, temperature, prior, prior_weight, plan)
+
+
+def _causal_scores(docs: RaggedIds, S: sp.csr_array, temperature: float, prior: np.ndarray | None,
+                   prior_weight: float, plan) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`causal_scores` on inputs already validated (by it, or by ProjectionPredictor)."""
     n = docs.n_tokens
     out_logp = np.full(n, np.nan)
     out_rank = np.full(n, -1, dtype=np.int64)

@@ -110,9 +110,6 @@ def unigram_prior(documents, vocab_size: int, *, smoothing: float = 1.0, unk_id:
     return counts / counts.sum()
 
 
-_check_prior = _checks.prior
-
-
 def _model_vocab_size(model, vocab_size):
     own = getattr(model, "vocab_size_", None) or getattr(model, "vocab_size", None)
     if vocab_size is not None and own is not None and int(own) != int(vocab_size):
@@ -238,7 +235,7 @@ def evaluate_next_token(model, documents, *, vocab_size: int | None = None, temp
     V = _model_vocab_size(model, vocab_size)
     unk_id = getattr(model, "unk_id", None) if unk_id is None else unk_id
     temperature = _checks.positive_float(temperature, "temperature")
-    prior = _check_prior(prior, prior_weight, V)
+    prior = _checks.prior(prior, prior_weight, V)
     top_k = tuple(_checks.positive_int(k, "top_k entry") for k in top_k)
     docs = _limit(_checks.documents(documents, V, unk_id=unk_id), max_predictions)
     targets, scored = prediction_targets(docs)

@@ -22,7 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from distattn.projection import _checks
 from distattn.projection.batch import global_evidences
-from distattn.projection.causal import causal_logits, causal_plan, causal_scores, causal_weights
+from distattn.projection.causal import _causal_scores, causal_logits, causal_plan, causal_weights
 from distattn.projection.core import (NORMALIZATIONS, ZERO_ROW_POLICIES, _gather, _global_evidence, _profiles,
                                       attention_weights)
 
@@ -194,4 +194,5 @@ class ProjectionPredictor(BaseEstimator):
         cached = getattr(self, "_causal_plan", None)   # (the S it was built for, its tables)
         if cached is None or cached[0] is not self.cooc_:
             cached = self._causal_plan = (self.cooc_, causal_plan(self.cooc_))
-        return causal_scores(docs, self.cooc_, temperature=tau, prior=prior, prior_weight=prior_weight, plan=cached[1])
+        prior = _checks.prior(prior, prior_weight, self.vocab_size_)     # docs and S were validated above
+        return _causal_scores(docs, self.cooc_, tau, prior, 0.0 if prior is None else float(prior_weight), cached[1])

@@ -8,10 +8,9 @@ module, so the function is bound here, eagerly (numpy, scipy and numba only).
 
 from importlib import import_module
 
-from distattn.stats.cooccurrence import cooccurrence  # noqa: E402,F401  (see the docstring)
+from distattn.stats.cooccurrence import cooccurrence  # noqa: F401  (see the docstring)
 
 _EXPORTS = {
-    "cooccurrence": "distattn.stats.cooccurrence",
     "pmi": "distattn.stats.weighting",
     "ppmi": "distattn.stats.weighting",
     "PPMITransformer": "distattn.stats.weighting",
@@ -21,7 +20,7 @@ _EXPORTS = {
     "evaluate_similarity": "distattn.stats.similarity",
     "load_similarity_dataset": "distattn.stats.similarity",
 }
-__all__ = list(_EXPORTS)
+__all__ = ["cooccurrence", *_EXPORTS]
 
 
 def __getattr__(name):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from distattn.atomic import ensure_writable_dir
 from distattn.stats.pipeline import StatsConfig, build_statistics
 
 
@@ -55,11 +55,7 @@ def main(argv=None) -> int:
         return 2
     if args.out:                         # an unwritable --out fails now, not after the counting
         try:
-            out = Path(args.out)
-            out.mkdir(parents=True, exist_ok=True)
-            probe = out / ".write-test"
-            probe.write_text("ok")
-            probe.unlink()
+            ensure_writable_dir(args.out)
         except OSError as exc:
             print(f"error: cannot write to --out {args.out!r}: {exc.strerror or exc}", file=sys.stderr)
             return 2

@@ -63,9 +63,16 @@ def _check_ids(ids: np.ndarray, vocab_size: int | None, what: str) -> None:
         raise ValueError(f"{what} hold token id {hi}, outside the vocabulary [0, {vocab_size})")
 
 
+def _check_count(value, name: str) -> int:
+    """An integer >= 1 (batch sizes, strides), numpy integers included."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name}={value!r} is invalid; allowed: an integer >= 1")
+    return int(value)
+
+
 def _check_special(value, name: str, vocab_size: int | None) -> None:
     """A special id the data puts into batches itself (padding, separators, OOV)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0 or \
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0 or \
             (vocab_size is not None and value >= vocab_size):
         upper = "vocab_size" if vocab_size is None else f"vocab_size={vocab_size}"
         raise ValueError(f"{name}={value!r} is invalid; allowed: a token id in [0, {upper})")

@@ -15,11 +15,10 @@ prediction beyond the first window has at least ``max_len - stride`` tokens of c
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import torch
 
+from distattn.train.data import _check_count, _check_special
 
 __all__ = ["NextTokenScorer", "evaluate_lm"]
 
@@ -49,20 +48,15 @@ class NextTokenScorer:
         self.model = model
         self.max_len = int(model.config.max_len)
         self.vocab_size = int(model.config.vocab_size)
-        for name, value in (("bos_id", bos_id), ("oov_id", oov_id)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < self.vocab_size:
-                raise ValueError(f"{name}={value!r} is invalid; allowed: an id in [0, vocab_size={self.vocab_size})")
-        for name, value in (("stride", stride), ("batch_size", batch_size)):
-            if (value is not None or name == "batch_size") and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
-                raise ValueError(f"{name}={value!r} is invalid; allowed: an integer >= 1"
-                                 + (" (None: max_len // 2)" if name == "stride" else ""))
+        _check_special(bos_id, "bos_id", self.vocab_size)
+        _check_special(oov_id, "oov_id", self.vocab_size)
         self.bos_id, self.oov_id = bos_id, oov_id
-        self.stride = stride if stride is not None else max(1, self.max_len // 2)
+        self.stride = max(1, self.max_len // 2) if stride is None else _check_count(stride, "stride")
         if not 1 <= self.stride <= self.max_len - 1 and self.max_len > 1:
             raise ValueError(f"stride must be in [1, max_len - 1 = {self.max_len - 1}]; got {self.stride}")
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"precision must be 'fp32' or 'bf16'; got {precision!r}")
-        self.batch_size, self.precision = batch_size, precision
+        self.batch_size, self.precision = _check_count(batch_size, "batch_size"), precision
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
 
     def _windows(self, docs):
@@ -156,10 +150,8 @@ def evaluate_lm(model, documents, *, unk_id: int | None = 1, bos_id: int = 0, st
     from distattn.projection.nexttoken import evaluate_next_token
 
     ragged = getattr(documents, "tokens", documents)
-    V = int(model.config.vocab_size)
-    if unk_id is not None and (isinstance(unk_id, bool) or not isinstance(unk_id, numbers.Integral)
-                               or not 0 <= unk_id < V):
-        raise ValueError(f"unk_id={unk_id!r} is invalid; allowed: None or an id in [0, vocab_size={V})")
+    if unk_id is not None:
+        _check_special(unk_id, "unk_id", int(model.config.vocab_size))
     if device is None:
         device = next(model.parameters()).device
     scorer = NextTokenScorer(model, bos_id=bos_id, oov_id=unk_id if unk_id is not None else 1, stride=stride,

@@ -10,13 +10,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import numbers
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from distattn.train.data import ClassificationData, LMData, epoch_plan
+from distattn.train.data import ClassificationData, LMData, _check_count, epoch_plan
 
 __all__ = ["ClassificationTask", "LMTask", "eval_mode", "to_device"]
 
@@ -50,12 +49,6 @@ def in_eval_mode(method):
     return wrapper
 
 
-
-def _eval_batch_size(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"eval_batch_size={value!r} is invalid; allowed: an integer >= 1")
-    return value
-
 class ClassificationTask:
     """Binary classification with a logit model ``model(ids, attention_mask) -> (B,)``; BCE loss.
 
@@ -68,7 +61,7 @@ class ClassificationTask:
         self.train = train
         self.eval_sets = dict(eval_sets or {})
         self.length_grouping = length_grouping
-        self.eval_batch_size = _eval_batch_size(eval_batch_size)
+        self.eval_batch_size = _check_count(eval_batch_size, "eval_batch_size")
 
     def fingerprint(self) -> dict:
         return {"task": "classification", "train": self.train.fingerprint(), "length_grouping": self.length_grouping,
@@ -120,7 +113,7 @@ class LMTask:
                  max_eval_sequences: int | None = 2048):
         self.train = train
         self.eval_sets = dict(eval_sets or {})
-        self.eval_batch_size = _eval_batch_size(eval_batch_size)
+        self.eval_batch_size = _check_count(eval_batch_size, "eval_batch_size")
         self.max_eval_sequences = max_eval_sequences
 
     def fingerprint(self) -> dict:
