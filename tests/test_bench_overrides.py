@@ -97,7 +97,8 @@ def _tiny_prep(path: Path) -> Path:
     import numpy as np
 
     rng = np.random.default_rng(0)
-    arrays = {"vocab_from": np.array("train+unsup")}
+    # the classifiers' vocabulary is 30k; rows B, D-I load these as PPMI-SVD vectors
+    arrays = {"vocab_from": np.array("train+unsup"), "svd": rng.standard_normal((30_000, 32)).astype(np.float32)}
     for split, n in (("train", 300), ("test", 120), ("unsup", 300)):
         lengths = rng.integers(3, 12, n)
         arrays[f"{split}_ids"] = rng.integers(2, 50, lengths.sum()).astype(np.int32)
@@ -139,3 +140,26 @@ def test_resume_keeps_the_runs_and_says_so_while_a_plain_run_starts_fresh(tmp_pa
     _main(monkeypatch, *common)
     assert not stray.exists() and ckpt.stat().st_mtime_ns != stamp[0]     # trained again from scratch
     assert json.loads((out / "seedvar.json").read_text())["info"]["resumed_from"] == []
+
+
+def test_every_part_of_the_gpu_benchmark_runs_at_smoke_size(tmp_path, monkeypatch):
+    """The owed GPU calls (``gpu_check.sh``) run these parts; a code path broken since the last GPU
+    session would only show on the lent machine, at the cost of its minutes. At smoke size each part
+    writes its JSON, every ablation row trains (or is named as skipped), and nothing records an error."""
+    import json
+
+    prep, out = _tiny_prep(tmp_path / "prep.npz"), tmp_path / "out"
+    _main(monkeypatch, "--part", "all", "--smoke", "--prep", str(prep), "--out", str(out))
+    parts = {p: json.loads((out / f"{p}.json").read_text())
+             for p in ("seed", "lm", "mfu", "best", "seedvar", "seedsplit")}
+    assert "error" not in json.dumps(parts)
+    rows = {r["name"].split("_")[0]: r for r in parts["best"]["rows"]}
+    assert set("ABCDEFGHI") <= set(rows) and "FI" in rows
+    for letter in "ABCDEFGHI":
+        assert 0.0 <= rows[letter]["test_accuracy_at_best_val"] <= 1.0, rows[letter]
+    assert parts["best"]["selected_by_val"]["val_accuracy"] == max(
+        r["val_accuracy"] for r in parts["best"]["rows"] if "val_accuracy" in r)
+    assert [r["tokens_per_s"] > 0 for r in parts["mfu"]["runs"]] == [True]
+    assert len(parts["seedsplit"]["runs"]) == 2 and len(parts["seedvar"]["runs"]) == 1
+    assert sorted(p.name for p in out.glob("probs_*.npz")) == sorted(
+        f"probs_{r['name']}.npz" for r in parts["best"]["rows"] if r["name"][0] in "EFGHI" and "members" not in r)
