@@ -283,6 +283,16 @@ def test_top_frequent_ids_excludes_and_breaks_ties_by_id():
     assert top_frequent_ids([5, 9, 9, 1, 7], 3, exclude=[1]).tolist() == [2, 4, 0]
 
 
+def test_top_frequent_ids_takes_row_sums_not_the_matrix():
+    import scipy.sparse as sp
+    S = sp.csr_matrix(np.array([[0, 2, 1], [2, 0, 5], [1, 5, 0]]))
+    assert top_frequent_ids(S.sum(axis=1), 2).tolist() == [1, 2]            # np.matrix (3, 1), as old scipy gives
+    assert top_frequent_ids(sp.csr_array(S).sum(axis=1), 2).tolist() == [1, 2]
+    for bad, kind in ((S, "a scipy.sparse matrix"), (S.toarray(), r"shape \(3, 3\)")):
+        with pytest.raises(ValueError, match=rf"counts must be a 1-D array of per-id counts .*; got {kind}"):
+            top_frequent_ids(bad, 2)        # once "setting an array element with a sequence" or ids of the raveled matrix
+
+
 def test_qk_pmi_correlation_needs_one_vocabulary_on_both_sides():
     g = np.random.default_rng(0)
     with pytest.raises(ValueError, match=r"head 0's qk circuit has shape \(8, 8\) but ppmi has shape \(6, 6\)"):

@@ -64,6 +64,11 @@ def top_frequent_ids(counts, n: int, exclude=()) -> np.ndarray:
     """Ids of the ``n`` most frequent words given per-id counts (e.g. row sums of the
     co-occurrence matrix or the vocabulary's counts), ties broken by the smaller id; ids in
     ``exclude`` (specials) are skipped."""
+    shape = np.shape(counts) if not sp.issparse(counts) else None
+    if shape is None or sum(k > 1 for k in shape) > 1:     # (n,), (n, 1) or (1, n): one count per id
+        kind = "a scipy.sparse matrix" if shape is None else f"shape {shape}"
+        raise ValueError(f"counts must be a 1-D array of per-id counts (e.g. S.sum(axis=1) of a co-occurrence "
+                         f"matrix S); got {kind}")
     counts = np.asarray(counts, dtype=np.float64).ravel().copy()
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
