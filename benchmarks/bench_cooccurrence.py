@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import json
 import os
 import platform
@@ -400,9 +401,9 @@ def main(argv=None) -> None:
     print("\nsummary")
     print(f"  {'stage':28s} {'wall s':>8s} {'peak RSS MB':>12s}  note")
     for name, wall, rss, note in rows:
-        rss_s = "-" if rss != rss else f"{rss:.0f}"
+        rss_s = "-" if math.isnan(rss) else f"{rss:.0f}"
         print(f"  {name:28s} {wall:8.2f} {rss_s:>12s}  {note}")
-    print(f"  load average now: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print("  load average now: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

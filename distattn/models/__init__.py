@@ -1,9 +1,14 @@
 """Stage 3b: torch self-attention models matched to the projections.
 
->>> from distattn.models import TransformerClassifier, seed_classifier_config
->>> model = TransformerClassifier(seed_classifier_config(vocab_size=30_000))
->>> logits, cache = model(ids, attention_mask, capture=True)
->>> cache["trunk.blocks.0.attn.hook_pattern"].shape      # (B, 4, T, T)
+>>> import torch
+>>> from distattn.models import TransformerClassifier, seed_classifier_config, qk_circuit
+>>> model = TransformerClassifier(seed_classifier_config(vocab_size=30_000))      # the seed's sizes
+>>> ids = torch.randint(2, 30_000, (2, 12))                # (B, T) token ids
+>>> logits, cache = model(ids, torch.ones(2, 12, dtype=torch.bool), capture=True)
+>>> cache["trunk.blocks.0.attn.hook_pattern"].shape      # (B, heads, T, T), after the softmax
+torch.Size([2, 4, 12, 12])
+>>> qk_circuit(model, layer=0).shape                     # W_E W_Q W_Kᵀ W_Eᵀ per head, factored
+(4, 30000, 30000)
 
 * :class:`TransformerClassifier` — the seed IMDB classifier (and its pretrained kin);
 * :class:`ProjectionMatchedLM` — one attention-only layer, the learned mirror of ``E = M(QS)``;

@@ -1,8 +1,19 @@
 """Stage 3b: training engine for :mod:`distattn.models`.
 
+>>> import numpy as np
+>>> from distattn.models import TransformerClassifier, seed_classifier_config
 >>> from distattn.train import Trainer, TrainConfig, ClassificationData, ClassificationTask
->>> task = ClassificationTask(ClassificationData(train_enc, max_len=256), {"test": ClassificationData(test_enc)})
->>> Trainer(model, task, TrainConfig(epochs=5, batch_size=64, lr=2e-4), out_dir="runs/seed").fit()
+>>> docs, labels = [np.array([2, 3, 4]), np.array([5, 6]), np.array([7, 8, 9, 2])], [1, 0, 1]
+>>> model = TransformerClassifier(seed_classifier_config(vocab_size=10, d_model=16, d_ff=32))
+>>> task = ClassificationTask(ClassificationData(docs, labels), {"test": ClassificationData(docs, labels)})
+>>> result = Trainer(model, task, TrainConfig(epochs=2, batch_size=2, progress=False, device="cpu"),
+...                  out_dir="runs/seed").fit()       # checkpoint.pt and metrics.json; run again to resume
+[TransformerClassifier] ...
+>>> [h["epoch"] for h in result["history"]], sorted(result["history"][-1]["eval"]["test"])
+([1, 2], ['accuracy', 'loss', 'n'])
+
+The seed's recipe is ``TrainConfig(epochs=5, batch_size=64, lr=2e-4)`` on
+``seed_classifier_config()`` (see :mod:`distattn.train.recipes`).
 
 * :class:`Trainer` / :class:`TrainConfig` — the loop (bf16, TF32, fused AdamW, compile, warm-up +
   cosine, clipping, checkpoints with exact resume, per-epoch JSON metrics, torchrun DDP);
