@@ -1,4 +1,5 @@
 import json
+import re
 
 import numpy as np
 import pytest
@@ -107,6 +108,34 @@ def test_tokenize_cache_roundtrip_and_reuse(tmp_path):
     # another tokenizer config is another cache entry
     tokenize_corpus(corpus, tokenizer=RegexTokenizer(pattern=r"[a-z]+"), cache=tmp_path)
     assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_regex_tokenizer_keeps_capitals_when_it_does_not_lowercase():
+    assert RegexTokenizer(lowercase=False)("Hello World, it's") == ["Hello", "World", "it's"]   # once ['ello', 'orld', ...]
+    assert RegexTokenizer()("Hello World") == ["hello", "world"]
+    assert RegexTokenizer().config()["pattern"] == "[a-z0-9']+"          # the default's cache key is unchanged
+    assert RegexTokenizer(pattern="[a-z]+", lowercase=False)("Hello") == ["ello"]   # an explicit pattern is kept
+
+
+@pytest.mark.parametrize("label, shown", [(200, "200"), (-2, "-2"), ("pos", "'pos'"), (True, "True"), (1.5, "1.5")])
+def test_document_labels_outside_int8_classes_are_refused_by_name(label, shown):
+    """Labels are stored as int8: 200 once raised numpy's bare OverflowError."""
+    with pytest.raises(ValueError, match=rf"document 1 has label {re.escape(shown)}; a label must be an integer "
+                                         r"in \[-1, 127\]"):
+        tokenize_corpus([Document("a b", label=0), Document("a b", label=label)], cache=False)
+    with pytest.raises(ValueError, match=r"document 0 has rating 300"):
+        tokenize_corpus([Document("a b", rating=300)], cache=False)
+    tc = tokenize_corpus([Document("a b", label=1, rating=8), Document("c")], cache=False)
+    assert tc.labels.tolist() == [1, -1]
+
+
+def test_plain_function_tokenizers_are_never_served_from_the_cache(tmp_path):
+    """Two lambdas share the name ``<lambda>``: keyed by name, the second got the first's tokens."""
+    corpus = ListCorpus(["The Cat sat", "a dog"])
+    first = tokenize_corpus(corpus, tokenizer=lambda s: s.split(), cache=tmp_path)
+    second = tokenize_corpus(corpus, tokenizer=lambda s: [s.upper()], cache=tmp_path)
+    assert first.types == ["The", "Cat", "sat", "a", "dog"] and second.types == ["THE CAT SAT", "A DOG"]
+    assert list(tmp_path.iterdir()) == []          # nothing written that a later call could misread
 
 
 def test_interrupted_tokenization_leaves_no_cache(tmp_path):

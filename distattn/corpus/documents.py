@@ -10,8 +10,9 @@ NO_LABEL = -1
 
 @dataclass(frozen=True)
 class Document:
-    """One document. ``text`` is ``str`` or UTF-8 ``bytes``; ``label`` is an int class (IMDB:
-    1 = positive, 0 = negative) or ``NO_LABEL``; ``rating`` is 0 when unknown."""
+    """One document. ``text`` is ``str`` or UTF-8 ``bytes``; ``label`` is an int class in
+    [0, 127] (IMDB: 1 = positive, 0 = negative) or ``NO_LABEL`` (-1); ``rating`` is in [0, 127],
+    0 when unknown. Tokenization refuses other values, naming the document."""
 
     text: str | bytes
     label: int = NO_LABEL

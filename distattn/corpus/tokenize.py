@@ -1,5 +1,6 @@
-"""Tokenizers. A tokenizer is any callable ``str -> list[str]`` with a ``config()`` dict
-(used to key caches); :class:`RegexTokenizer` is the default.
+"""Tokenizers. A tokenizer is any callable ``str -> list[str]``; one with a ``config()`` dict
+(used to key caches) is cached by :func:`~distattn.corpus.tokenize_corpus`.
+:class:`RegexTokenizer` is the default.
 
 The default is the seed's preprocessing (000_48942d33924f2728.txt, section IV.B): lowercase,
 replace ``<br />`` by a space, keep runs of ``[a-z0-9']``. The seed's printed code applies
@@ -24,15 +25,19 @@ class RegexTokenizer:
 
     Parameters
     ----------
-    pattern : str
-        Regular expression for a token (default ``[a-z0-9']+``, applied after lowercasing).
-    lowercase : bool
+    pattern : str, optional
+        Regular expression for a token, applied after lowercasing. Default ``[a-z0-9']+``, or
+        ``[A-Za-z0-9']+`` with ``lowercase=False`` (the lower-case class alone would cut capitals
+        out of words).
+    lowercase : bool, default True
     strip : tuple of str
         Substrings replaced by a space before matching (default ``("<br />",)``).
     """
 
-    def __init__(self, pattern: str = r"[a-z0-9']+", lowercase: bool = True,
+    def __init__(self, pattern: str | None = None, lowercase: bool = True,
                  strip: tuple[str, ...] = ("<br />",)):
+        if pattern is None:
+            pattern = r"[a-z0-9']+" if lowercase else r"[A-Za-z0-9']+"
         self.pattern = pattern
         self.lowercase = lowercase
         if isinstance(strip, (str, bytes)):
@@ -110,16 +115,18 @@ class SeedLiteralTokenizer:
 
 
 def default_tokenizer() -> RegexTokenizer:
-    """The seed tokenizer."""
+    """The default tokenizer, :class:`RegexTokenizer`: the evident intent of the seed's preprocessing
+    (see :class:`SeedLiteralTokenizer` for its code to the letter)."""
     return RegexTokenizer()
 
 
-def tokenizer_config(tokenizer) -> dict:
-    """The config of a tokenizer, for cache keys; plain callables are keyed by qualified name."""
+def tokenizer_config(tokenizer) -> dict | None:
+    """The config of a tokenizer, for cache keys, or None for a plain callable: its name does not
+    identify what it does (every lambda is ``<lambda>``, an edited function keeps its name), so
+    its output is never cached."""
     if hasattr(tokenizer, "config"):
         return tokenizer.config()
-    name = getattr(tokenizer, "__qualname__", type(tokenizer).__qualname__)
-    return {"kind": "callable", "name": f"{getattr(tokenizer, '__module__', '?')}.{name}"}
+    return None
 
 
 def tokenize_to_bytes(tokenizer, text) -> list[bytes]:

@@ -35,14 +35,34 @@ class EmptyCorpusError(ValueError):
     """The corpus has no documents, or no tokens at all."""
 
 
+def _int8_field(values, name: str, lo: int, hi: int) -> np.ndarray:
+    """Per-document integers stored as int8: anything else is refused, naming the document."""
+    if isinstance(values, np.ndarray) and values.dtype == np.int8:
+        return values
+    arr = np.asarray(values, dtype=object if not isinstance(values, np.ndarray) else None)
+    if arr.dtype == object:
+        bad = next((i for i, v in enumerate(arr) if isinstance(v, (bool, np.bool_)) or
+                    not isinstance(v, (int, np.integer))), None)
+        if bad is not None:
+            raise ValueError(f"document {bad} has {name} {arr[bad]!r}; a {name} must be an integer in [{lo}, {hi}]")
+        arr = arr.astype(np.int64)
+    elif arr.size and arr.dtype.kind not in "iu":
+        raise ValueError(f"document 0 has {name} {arr[0]!r} ({arr.dtype}); a {name} must be an integer in [{lo}, {hi}]")
+    out_of_range = np.flatnonzero((arr < lo) | (arr > hi))
+    if out_of_range.size:
+        i = int(out_of_range[0])
+        raise ValueError(f"document {i} has {name} {int(arr[i])}; a {name} must be an integer in [{lo}, {hi}]")
+    return arr.astype(np.int8)
+
+
 class DocumentTable:
     """Per-document metadata shared by tokenized and encoded corpora."""
 
     __slots__ = ("labels", "ratings", "split_codes", "split_names")
 
     def __init__(self, labels, ratings, split_codes, split_names):
-        self.labels = np.asarray(labels, dtype=np.int8)
-        self.ratings = np.asarray(ratings, dtype=np.int8)
+        self.labels = _int8_field(labels, "label", -1, 127)
+        self.ratings = _int8_field(ratings, "rating", 0, 127)
         self.split_codes = np.asarray(split_codes, dtype=np.int8)
         self.split_names = list(split_names)
 
@@ -219,6 +239,10 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
     """Tokenize a corpus, reading it from the on-disk cache when the same corpus fingerprint
     and tokenizer config were tokenized before.
 
+    ``tokenizer``: a callable ``str -> list[str]``; default :func:`default_tokenizer`. Only a
+    tokenizer with a ``config()`` method (:class:`RegexTokenizer`, :class:`WhitespaceTokenizer`,
+    :class:`SeedLiteralTokenizer`, or your own class returning a JSON-able dict that changes when
+    its output would) is cached: a plain function or lambda is tokenized afresh every time.
     ``cache``: True (the user cache directory), False (no cache), or a directory.
     """
     _not_a_string(corpus, "corpus", "a Corpus, e.g. get_corpus('text', path=...), or a list of strings or "
@@ -226,8 +250,9 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
     tokenizer = tokenizer or default_tokenizer()
     fingerprint = corpus.fingerprint() if hasattr(corpus, "fingerprint") else None
     key = None
-    if cache and fingerprint is not None:
-        key = config_hash({"format": FORMAT, "corpus": fingerprint, "tokenizer": tokenizer_config(tokenizer)})
+    tok_config = tokenizer_config(tokenizer)
+    if cache and fingerprint is not None and tok_config is not None:
+        key = config_hash({"format": FORMAT, "corpus": fingerprint, "tokenizer": tok_config})
         root = Path(cache) if not isinstance(cache, bool) else cache_dir() / "tokenized"
         entry = root / f"{getattr(corpus, 'name', 'corpus')}-{key}"
         if (entry / "meta.json").exists():
