@@ -58,6 +58,17 @@ def test_seed_classifier_matches_the_paper():
     assert torch.count_nonzero(m.trunk.tok_emb.weight[0]) == 0
 
 
+def test_seed_classifier_widths_follow_d_model_unless_given():
+    """FFN 4d and head d/2 at any d (once fixed at 1024 and 128 whatever d_model was)."""
+    small = TransformerClassifier(seed_classifier_config(vocab_size=50, d_model=64))
+    assert small.config.ff_width == 256
+    assert [(m.in_features, m.out_features) for m in small.head if isinstance(m, torch.nn.Linear)] == [(64, 32), (32, 1)]
+    given = seed_classifier_config(vocab_size=50, d_model=64, d_ff=100, head_hidden=7)
+    assert (given.ff_width, given.head_hidden) == (100, 7)
+    with pytest.raises(ValueError, match="d_model"):
+        seed_classifier_config(d_model=0)
+
+
 def test_classifier_pools_only_real_tokens():
     m = tiny_classifier()
     ids, mask = batch()

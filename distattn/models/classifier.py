@@ -52,10 +52,15 @@ class ClassifierConfig(TransformerConfig):
 
 def seed_classifier_config(vocab_size: int = 30_000, **overrides) -> ClassifierConfig:
     """The seed's classifier: d 256, max_len 256, 2 post-norm blocks of 4 heads, ReLU FFN 4d,
-    dropout 0.1, mean pooling, head Dropout 0.2 → d/2 → 1, PyTorch default initialisation."""
-    base = dict(vocab_size=vocab_size, d_model=256, n_layers=2, n_heads=4, d_ff=1024, max_len=256, dropout=0.1,
+    dropout 0.1, mean pooling, head Dropout 0.2 → d/2 → 1, PyTorch default initialisation.
+
+    ``overrides`` replace any field; the FFN width and the head's hidden width follow ``d_model``
+    (4d and d/2) unless ``d_ff`` or ``head_hidden`` is given too."""
+    d = overrides.get("d_model", 256)
+    _positive_int(d, "d_model")
+    base = dict(vocab_size=vocab_size, d_model=d, n_layers=2, n_heads=4, d_ff=4 * d, max_len=256, dropout=0.1,
                 positional="learned", norm="post", activation="relu", causal=False, bias=True, mlp=True,
-                padding_idx=0, init="torch", head_hidden=128, head_dropout=0.2, pooling="mean")
+                padding_idx=0, init="torch", head_hidden=max(1, d // 2), head_dropout=0.2, pooling="mean")
     base.update(overrides)
     return ClassifierConfig(**base)
 
