@@ -348,3 +348,13 @@ def test_the_compiled_causal_scorer_refuses_what_its_kernel_would_trust():
     with pytest.raises(ValueError, match="plan was not built by causal_plan for this S"):
         causal_scores(docs, S, plan=causal_plan(sp.csr_array(np.eye(4))))
     np.testing.assert_array_equal(causal_scores([np.array([0, 1, 2, 1])], S)[1], rank)   # a list of arrays works too
+
+
+def test_prediction_targets_take_lists_and_mark_every_negative_id_oov():
+    """Once a list raised AttributeError and a raw -3 target passed through, uncounted as OOV."""
+    from distattn.corpus import RaggedIds
+    from distattn.projection import prediction_targets
+    t, scored = prediction_targets([[0, -3, 2], [4, 5]])
+    assert t.tolist() == [-1, 2, -2, 5, -2] and scored.tolist() == [False, True, False, True, False]
+    t2, _ = prediction_targets(RaggedIds.from_sequences([[0, -3, 2], [4, 5]]))
+    assert t2.tolist() == t.tolist()

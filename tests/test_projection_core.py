@@ -289,6 +289,9 @@ def test_attention_weights_checks_the_known_mask_against_M():
         attention_weights(np.ones(3), "row")
     A = attention_weights(M, "row", known=np.array([True, False, True]))
     assert A[1].sum() == 0 and A[:, 1].sum() == 0 and A[0].sum() == pytest.approx(1.0)
+    raw = attention_weights(M, "none", known=np.array([True, False, True]))     # once M, mask ignored
+    assert raw.tolist() == [[0.0, 0.0, 2.0], [0.0, 0.0, 0.0], [6.0, 0.0, 8.0]]
+    assert attention_weights(M, "none", known=np.ones(3, bool)).tolist() == M.tolist()
 
 
 def test_unk_id_must_be_an_id_of_the_vocabulary():

@@ -193,6 +193,12 @@ def test_factored_svd_without_forming_the_product():
     np.testing.assert_allclose(u * s @ vt, A @ B.T, atol=1e-10)
     with pytest.raises(ValueError, match="same number of columns"):
         factored_svd(A, B[:, :3])
+    for m, n in ((7, 4), (3, 9), (2, 2)):        # rank d above min(m, n): once shapes that did not multiply
+        A, B = rng.normal(size=(m, 5)), rng.normal(size=(n, 5))
+        u, s, vt = factored_svd(A, B)
+        k = min(m, n)
+        assert (u.shape, s.shape, vt.shape) == ((m, k), (k,), (k, n))
+        np.testing.assert_allclose(u * s @ vt, A @ B.T, atol=1e-10)
 
 
 def test_factor_shapes_are_checked():

@@ -53,7 +53,8 @@ def directional_factors(directional, rank: int, *, algorithm: str = "arpack",
     rank : int, 1 <= rank < vocab_size
         d_k.
     algorithm : {"arpack", "randomized"}
-        ``scipy.sparse.linalg.svds`` or ``sklearn.utils.extmath.randomized_svd``.
+        ``scipy.sparse.linalg.svds``, or the randomized SVD of :func:`distattn.stats.truncated_svd`
+        (Halko et al., as scikit-learn's ``randomized_svd``).
     svd : (u, s, vt), optional
         A truncated SVD of ``directional`` already at hand, with at least ``rank`` triplets
         (values descending): its leading ``rank`` are used and nothing is factorised.
@@ -120,7 +121,8 @@ def factored_svd(left, right) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
     Returns
     -------
-    u (m, d), s (d,), vt (d, n) with ``u @ diag(s) @ vt == left @ right.T``; s descending.
+    u (m, k), s (k,), vt (k, n) with ``u @ diag(s) @ vt == left @ right.T``, k = min(m, n, d);
+    s descending.
     """
     A = np.asarray(left, dtype=np.float64)
     B = np.asarray(right, dtype=np.float64)
@@ -130,5 +132,5 @@ def factored_svd(left, right) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise ValueError("left and right must be finite; they hold NaN or inf")   # else LAPACK's LinAlgError
     qa, ra = np.linalg.qr(A)
     qb, rb = np.linalg.qr(B)
-    u, s, vt = np.linalg.svd(ra @ rb.T)
+    u, s, vt = np.linalg.svd(ra @ rb.T, full_matrices=False)
     return qa @ u, s, vt @ qb.T

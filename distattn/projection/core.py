@@ -209,7 +209,7 @@ def attention_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: 
             raise ValueError(f"known must be a boolean mask of shape ({M.shape[0]},); got dtype {known.dtype}, "
                              f"shape {known.shape}")
     if normalization == "none":
-        return M
+        return M if known is None or known.all() else M * (known[:, None] & known[None, :])
     if known is None or known.all():
         if normalization == "row":
             return row_normalize(M, zero_rows=zero_rows)
@@ -267,8 +267,14 @@ def vocabulary_evidence(token_ids, cooc, *, normalization: str = "none", zero_ro
     cooc : sparse matrix or array-like, shape (vocab_size, vocab_size)
     normalization : {"none", "row", "softmax"}, default "none"
         A = M (the paper), Norm(M), or softmax(M / attention_temperature).
+    zero_rows : {"uniform", "zero", "self"}, default "uniform"
+        What Norm(M) does with a row of zeros (see :func:`row_normalize`).
+    attention_temperature : float > 0, default 1.0
+        τ_att of ``normalization="softmax"``.
     weights : array-like, shape (length, length), optional
         Use these as A instead (e.g. an asymmetric ``M_dir`` or a multi-head combination).
+    unk_id : int, optional
+        An id treated as out of vocabulary, besides negative ids.
 
     Returns
     -------
@@ -319,6 +325,8 @@ def next_token_distribution(token_ids, cooc, *, temperature: float = 1.0, normal
 
     Parameters
     ----------
+    token_ids, cooc, normalization, zero_rows, attention_temperature, weights, unk_id
+        As in :func:`vocabulary_evidence`.
     temperature : float > 0, default 1.0
         τ of the output softmax (the paper uses 1).
     log : bool, default False

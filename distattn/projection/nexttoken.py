@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy.optimize import minimize_scalar
 
+from distattn.corpus.ragged import RaggedIds
 from distattn.projection import _checks
 from distattn.projection._scoring import score_rows
 
@@ -87,11 +88,14 @@ def prediction_targets(docs) -> tuple[np.ndarray, np.ndarray]:
     """For flat token index t: ``target[t] = ids[t+1]`` when t+1 is in the same document
     (else -2), and whether that target is in vocabulary.
 
-    Returns ``(targets, scored)``; ``targets == -1`` marks OOV targets."""
+    ``docs``: a :class:`~distattn.corpus.RaggedIds` or a list of id sequences; negative ids are
+    out of vocabulary. Returns ``(targets, scored)``; ``targets == -1`` marks OOV targets."""
+    if not (hasattr(docs, "ids") and hasattr(docs, "offsets")):
+        docs = RaggedIds.from_sequences(docs)
     n = docs.n_tokens
     targets = np.full(n, -2, dtype=np.int64)
     if n > 1:
-        targets[:-1] = docs.ids[1:]
+        targets[:-1] = np.maximum(docs.ids[1:], -1)        # any negative id is OOV: -1
     last = docs.offsets[1:][docs.lengths > 0] - 1
     targets[last] = -2
     return targets, targets >= 0

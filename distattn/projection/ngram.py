@@ -109,7 +109,8 @@ class KneserNeyLM:
     ----------
     order : {2, 3}
     discount : float in (0, 1) or None
-        One discount for every order; None estimates ``n1 / (n1 + 2 n2)`` per order.
+        One discount for every order; None estimates ``n1 / (n1 + 2 n2)`` per order, clipped to
+        [0.05, 0.95] (0.75 when an order has no singletons).
 
     Attributes
     ----------
