@@ -42,6 +42,9 @@ class MultiHeadSelfAttention(nn.Module):
         ``"rope"`` and ``"relative"`` act here; other kinds are handled by the embeddings.
     max_len : int
         Longest sequence (sizes the RoPE tables and the relative distances).
+    rel_max_distance : int, optional
+        ``"relative"``: distances are clipped to ±this, sharing one learned vector beyond it (default
+        ``max_len - 1``: none clipped).
 
     Weights: ``qkv.weight`` is (3·d_model, d_model) holding W_Qᵀ, W_Kᵀ, W_Vᵀ stacked; ``out.weight``
     is W_Oᵀ. :meth:`head_weights` returns them per head in the ``x @ W`` convention.

@@ -8,7 +8,7 @@
 * :class:`TransformerLM` — a small GPT-style pre-norm stack (2–4 layers).
 
 Both take ``ids`` (B, T) and return logits (B, T, vocab_size); with ``targets`` also the mean
-cross-entropy (targets < 0 are ignored); with ``capture=True`` also the hook cache.
+cross-entropy (targets equal to ``IGNORE_INDEX`` = -1 are ignored); with ``capture=True`` also the hook cache.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ __all__ = ["LMConfig", "TransformerLM", "AttentionOnlyConfig", "ProjectionMatche
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over targets >= 0 (fp32 softmax)."""
+    """Mean next-token cross-entropy (fp32 softmax) over the targets that are not ``IGNORE_INDEX``
+    (-1); every other target must be an id in ``[0, vocab_size)``."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
                            ignore_index=IGNORE_INDEX)
 
@@ -109,7 +110,7 @@ class TransformerLM(nn.Module):
 class AttentionOnlyConfig:
     """One causal attention layer between an embedding and an unembedding.
 
-    residual: also add the direct path ``W_E W_U`` (off by default, to mirror ``E = M(QS)``).
+    residual: also add the direct path ``(W_E[x] (+P)) W_U`` (off by default, to mirror ``E = M(QS)``).
     """
 
     vocab_size: int = 30_000
@@ -133,7 +134,7 @@ class AttentionOnlyConfig:
 
 
 class ProjectionMatchedLM(nn.Module):
-    """``logits = CausalAttn(W_E[x] (+P)) W_U`` (+ ``W_E[x] W_U`` if residual). Hook points:
+    """``logits = CausalAttn(W_E[x] (+P)) W_U`` (+ ``(W_E[x] (+P)) W_U`` if residual). Hook points:
     ``attn.hook_scores`` and ``attn.hook_pattern``, (B, n_heads, T, T)."""
 
     def __init__(self, config: AttentionOnlyConfig):

@@ -8,8 +8,8 @@ masked batches; a classifier fine-tuned from the trunk (``classifier_from_lm``) 
 ``vocab_size`` and simply never sees the ``[MASK]`` id.
 
 ``forward(ids)`` returns logits (B, T, vocab_size). ``forward(ids, positions, targets)`` takes
-``positions`` (B, K), the masked positions of each row, and ``targets`` (B, K) (ids; negative =
-ignored), and returns ``(logits (B, K, vocab_size), loss)``: fixed K keeps the shapes static for
+``positions`` (B, K), the masked positions of each row, and ``targets`` (B, K) (ids; ``IGNORE_INDEX`` = -1
+for padding), and returns ``(logits (B, K, vocab_size), loss)``: fixed K keeps the shapes static for
 ``torch.compile`` and skips the unembedding at the 85 % of positions that are not scored.
 """
 

@@ -128,6 +128,10 @@ class ClassificationData:
     truncation : {"head", "head+tail", "error"}
         ``"head"`` keeps the first ``max_len`` tokens (the seed); ``"head+tail"`` keeps the first
         ``head_fraction·max_len`` and the last ones; ``"error"`` refuses longer documents.
+    head_fraction : float in (0, 1), default 0.25
+        ``"head+tail"``: the share of ``max_len`` taken from the start.
+    pad_id : int, default 0
+        Fills the batches beyond each document (the models' ``padding_idx``).
     vocab_size : int, optional
         Checked against the ids.
     pad_multiple : int

@@ -28,14 +28,17 @@ class NextTokenScorer:
 
     Parameters
     ----------
+    model : causal LM (:class:`~distattn.models.TransformerLM`, :class:`~distattn.models.ProjectionMatchedLM`)
     bos_id : int
         Prepended to every document (0: the ``<pad>`` id that :class:`LMData` uses).
-    oov_id : int, optional
-        Replaces negative (OOV) context ids; default the vocabulary's ``<unk>`` = 1.
+    oov_id : int, default 1
+        Replaces negative (OOV) context ids; 1 is the vocabulary's ``<unk>``.
     stride : int, optional
         New predictions per extra window for long documents (default ``max_len // 2``).
     batch_size : int
         Windows per forward pass.
+    device : torch.device or str, optional
+        Where the windows run; default the model's device.
     precision : {"fp32", "bf16"}
         fp32 (TF32 matmuls on CUDA) by default, so that ranks are not blurred by bf16 ties.
     """
