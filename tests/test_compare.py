@@ -51,6 +51,7 @@ def test_text_corpus_run_then_warm_rerun(tmp_path, capsys):
             "--device", "cpu"]
     code, out, err = run_cli(args, capsys)
     assert code == 0, err
+    assert "epoch" not in out and "epoch" not in err        # -q: no training lines (once one per epoch and model)
     first = next((tmp_path / "runs").iterdir())
     for name in ("config.json", "metrics.json", "report.html"):
         assert (first / name).exists()
@@ -84,6 +85,16 @@ def test_text_corpus_run_then_warm_rerun(tmp_path, capsys):
     assert snapshot() == before                      # nothing recomputed, nothing rewritten
     m2 = json.loads((second / "metrics.json").read_text())
     assert m2["next_token"] == metrics["next_token"]
+    # the LMs train the profile's steps on a small corpus too (once 2 steps, inside the warm-up)
+    for lm in ("attention_only_lm", "transformer_lm"):
+        done = next(cache.rglob(f"train-{lm}-*/done.json"))
+        assert json.loads(done.read_text())["summary"]["steps"] == config["sizes"]["lm_steps"] == 120
+    # --no-cache recomputes: every model is trained again, not resumed from its finished checkpoint
+    models = {p: t for p, t in before.items() if p.name == "model.pt"}
+    code, out, err = run_cli(args + ["--no-cache"], capsys)
+    assert code == 0, err
+    after = snapshot()
+    assert all(after[p] != t for p, t in models.items()), "a model was loaded instead of retrained"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -276,3 +287,37 @@ def test_run_directories_are_claimed_atomically(tmp_path):
     with ThreadPoolExecutor(8) as pool:
         dirs = list(pool.map(lambda _: make_run_dir(str(tmp_path), "paper"), range(16)))
     assert len(set(dirs)) == 16 and all((d / "figures").is_dir() for d in dirs)
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("name, rows, message", [
+    ("label2", [{"text": "a b c d e f", "label": 2 if i == 10 else i % 2} for i in range(40)],
+     "1 document(s) have a label other than 0 or 1, the first document 10 (0-based, in corpus order) label 2"),
+    ("oneword", [{"text": f"w{i % 7}"} for i in range(40)],
+     "the statistics documents give no co-occurrence within 10 tokens: each has fewer than two in-vocabulary"),
+])
+def test_corpora_the_study_cannot_use_fail_clearly_and_leave_no_output_dir(tmp_path, capsys, name, rows, message):
+    """A label 2 once failed inside the classifier as "document 8 has label np.int8(2)" (an index of a
+    subset); one-word documents as "bounds entry must be a finite real number > 0; got nan"."""
+    out_dir = tmp_path / "new" / "out"
+    code, out, err = run_cli(["--corpus", "text", "--path", str(_jsonl(tmp_path / f"{name}.jsonl", rows)),
+                              "--out", str(out_dir), "-q", "--device", "cpu"], capsys)
+    assert code == 2 and message in err, err
+    assert not (tmp_path / "new").exists()          # the --out it made for the run went with it
+
+
+def test_one_label_skips_the_classifier_and_says_why(tmp_path, capsys, caplog):
+    """Once skipped with no word; and the seed's IMDB examples, none of whose words are in this
+    vocabulary, made the heatmaps fail."""
+    rows = [{"text": "alpha beta gamma delta epsilon zeta eta theta", "label": 1} for _ in range(40)]
+    code, out, err = run_cli(["--corpus", "text", "--path", str(_jsonl(tmp_path / "one.jsonl", rows)),
+                              "--out", str(tmp_path / "runs"), "-q", "--device", "cpu", "--no-cache"], capsys)
+    assert code == 0, err
+    assert "classifier skipped: the 36 labelled training documents all have label 1" in caplog.text + err
+    metrics = json.loads(next((tmp_path / "runs").glob("*/metrics.json")).read_text())
+    assert metrics["data"]["classifier_skipped"].startswith("the 36 labelled training documents all have label 1")
+    assert "classifier" not in metrics and len(metrics["analysis"]["heatmaps"]) == 2     # the two held-out ones

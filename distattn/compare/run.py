@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from distattn.atomic import ensure_writable_dir, write_json
+from distattn.atomic import ensure_writable_dir, missing_dirs, remove_empty_dirs, write_json
 from distattn.compare.config import CompareConfig
 from distattn.compare.stages import Data, clamp_rank, load_data, stage_models, stage_projection, stage_statistics
 
@@ -97,14 +97,21 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
     profile = cfg.resolved_profile()
     sizes = cfg.sizes()
     device = pick_device(cfg.device)                 # an unavailable device is refused before anything is written
-    run_dir = make_run_dir(cfg.out, cfg.corpus)
+    fresh = missing_dirs(cfg.out)
+    try:
+        run_dir = make_run_dir(cfg.out, cfg.corpus)
+    except OutputDirError:
+        remove_empty_dirs(fresh)
+        raise
     try:
         return _study(cfg, run_dir, profile, sizes, device, cache, progress)
     except BaseException:
-        # a run that fails or is interrupted leaves no half-filled run directory behind; the stages it
-        # finished stay in the cache and training resumes from its checkpoint when the command is run again
+        # a run that fails or is interrupted leaves no half-filled run directory behind (nor an --out
+        # it created for it); the stages it finished stay in the cache and training resumes from its
+        # checkpoint when the command is run again
         if not (run_dir / "metrics.json").exists():
             shutil.rmtree(run_dir, ignore_errors=True)
+            remove_empty_dirs(fresh)
         raise
 
 
@@ -126,10 +133,11 @@ def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache
         if cfg.train_models:
             models = _stage("models", timings, stage_models, data, stats, sizes, device, cfg.seed, cache, progress)
         metrics["next_token"] = rows + [_lm_row(name, m) for name, m in models.items() if "next_token" in m.metrics]
+        kind = "reviews" if cfg.corpus == "imdb" else "documents"
         if "classifier" in models:
             seed_clf = models["classifier"]
             scaled = ("" if profile == "full" else
-                      f", scaled down for the quick profile ({_scaled(sizes, seed_clf.model)})")
+                      f", scaled down for the quick profile ({_scaled(sizes, seed_clf.model, len(data.clf_train), kind)})")
             metrics["classifier"] = {
                 "test_accuracy": seed_clf.metrics.get("test_accuracy"),
                 "train_seconds": seed_clf.metrics.get("train_seconds"), "epochs": seed_clf.metrics.get("epochs"),
@@ -142,7 +150,7 @@ def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache
                                       "train_docs", "epochs")}
             metrics["classifier_best"]["config"] = (
                 "seed architecture, token embeddings initialised from this run's PPMI-SVD vectors; epoch "
-                f"{m.get('best_epoch')} of {m.get('epochs')} picked on {m.get('val_docs')} held-out train reviews")
+                f"{m.get('best_epoch')} of {m.get('epochs')} picked on {m.get('val_docs')} held-out train {kind}")
         for name, m in models.items():
             dst = run_dir / "checkpoints" / f"{name}.pt"
             try:
@@ -159,10 +167,10 @@ def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache
     return run_dir
 
 
-def _scaled(sizes, model) -> str:
-    """How the quick profile's classifier differs from the seed's, for the report."""
-    docs = f"{sizes.clf_train_docs:,}" if sizes.clf_train_docs else "all"
-    return (f"d_model {model.config.d_model}, max_len {model.config.max_len}, {docs} train reviews, "
+def _scaled(sizes, model, n_train: int, kind: str) -> str:
+    """How the quick profile's classifier differs from the seed's, for the report: the number of
+    training documents is the one used (a small corpus has fewer than the profile's cap)."""
+    return (f"d_model {model.config.d_model}, max_len {model.config.max_len}, {n_train:,} train {kind}, "
             f"lr {sizes.clf_lr:g}")
 
 
@@ -407,7 +415,8 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
     for j, (ex_name, toks, ids, expected) in enumerate(examples):
         ids = ids[:min(len(ids), 40)]
         toks = toks[:len(ids)]
-        if len(ids) < 2:
+        if np.count_nonzero(ids >= 0) < 2:      # e.g. the seed's IMDB examples on a corpus of other words
+            log.info("heatmap of %r skipped: fewer than two of its words are in the vocabulary", ex_name)
             continue
         mats = {"projection Norm(QSQᵀ)": row_normalize(context_matrix(ids, stats.P))}
         for name, model in list(lms.items())[:1] + ([("classifier", clf.model.cpu().eval())] if clf else []):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -83,9 +84,22 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
         val_idx = np.sort(perm[n_test:n_test + min(n_val, sizes.val_docs)])
         stat_idx = np.sort(perm[n_test + n_val:])
         labelled = tc.labels >= 0
+        other = np.flatnonzero(labelled & (tc.labels > 1))
+        if other.size:
+            raise ValueError(f"{other.size} document(s) have a label other than 0 or 1, the first document "
+                             f"{other[0]} (0-based, in corpus order) label {int(tc.labels[other[0]])}; the classifier "
+                             f"is binary: labels 0 and 1, or -1 / none for unlabelled documents")
         clf_train_idx = np.setdiff1d(np.flatnonzero(labelled), perm[:n_test])
         clf_test_idx = np.intersect1d(np.flatnonzero(labelled), perm[:n_test])
-        if len(np.unique(tc.labels[clf_train_idx])) < 2 or len(clf_test_idx) == 0:
+        skip = None
+        if labelled.any() and len(np.unique(tc.labels[clf_train_idx])) < 2:
+            skip = (f"the {len(clf_train_idx)} labelled training documents all have label "
+                    f"{int(tc.labels[clf_train_idx][0])}" if len(clf_train_idx) else "no labelled training documents")
+        elif labelled.any() and len(clf_test_idx) == 0:
+            skip = "no labelled document fell into the test split"
+        if skip:
+            log.warning("classifier skipped: %s (it needs both labels, 0 and 1)", skip)
+        if skip or not labelled.any():
             clf_train_idx = clf_test_idx = np.zeros(0, dtype=np.int64)
     if cfg.max_docs is not None:
         stat_idx = np.sort(rng.choice(stat_idx, size=min(len(stat_idx), cfg.max_docs), replace=False))
@@ -116,6 +130,8 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
                      "validation_docs": len(val_idx), "eval_docs": len(eval_idx), "eval_len": sizes.eval_len,
                      "lm_docs": len(lm_idx), "classifier_train_docs": 0 if clf_train is None else len(clf_train),
                      "classifier_test_docs": 0 if clf_test is None else len(clf_test)}
+    if cfg.corpus == "text" and (skip or not labelled.any()):
+        data.describe["classifier_skipped"] = skip or "the documents carry no labels"
     return data
 
 
@@ -193,6 +209,10 @@ def stage_statistics(data: Data, sizes, cache: bool = True) -> Stats:
                      np.load(d / "embeddings.npy"), np.load(d / "counts.npy"), key, svds["P"], svds["D"])
     t = time.perf_counter()
     S = cooccurrence(data.stat_neg, V, window=sizes.window, weighting="harmonic")
+    if S.nnz == 0:          # else a NaN deep inside the projection's temperature fit
+        raise ValueError(f"the statistics documents give no co-occurrence within {sizes.window} tokens: each has "
+                         f"fewer than two in-vocabulary tokens ({data.stat_neg.n_tokens} tokens in "
+                         f"{len(data.stat_neg)} documents); the comparison needs documents of several words")
     P = ppmi(S, cds=0.75)
     P_dir = ppmi(cooccurrence(data.stat_neg, V, window=sizes.window, weighting="harmonic", symmetric=False), cds=0.75)
     svd_P, svd_D = top_svd(P, rank_P), top_svd(P_dir, rank_D)
@@ -308,6 +328,8 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     d, _ = stage_dir(f"train-{name}", key_material)
     if cache and (d / "done.json").exists():
         return Trained(name, load_model(d / "model.pt"), json.loads((d / "done.json").read_text()), d / "model.pt")
+    if not cache:               # recompute: neither the finished model nor a checkpoint to resume from
+        shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
     result = Trainer(model, task, train_cfg, out_dir=d).fit()
@@ -320,6 +342,15 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     save_model(model, d / "model.pt")
     write_json(d / "done.json", metrics)
     return Trained(name, model, metrics, d / "model.pt")
+
+
+def _lm_epochs(steps: int | None, steps_per_epoch: int) -> int:
+    """Epochs that give the LMs the profile's ``lm_steps`` (the cap of one epoch on a large
+    corpus): a small corpus is passed over several times instead of training a couple of steps,
+    still inside its learning-rate warm-up. One epoch when the profile trains a full pass."""
+    if steps is None:
+        return 1
+    return max(1, -(-steps // max(1, steps_per_epoch)))
 
 
 def _batch(wanted: int, n_items: int) -> int:
@@ -356,7 +387,7 @@ def _best_classifier(data: Data, stats: Stats, sizes, mcfg, device, seed: int, c
     seed_everything(seed)
     model = load_embeddings(TransformerClassifier(mcfg), ppmi_svd_init(stats.embeddings, mcfg.d_model))
     epochs = sizes.best_clf_epochs or sizes.clf_epochs
-    tcfg = seed_train_config(epochs=epochs, progress=progress, device=device.type, seed=seed,
+    tcfg = seed_train_config(epochs=epochs, progress=progress, quiet=not progress, device=device.type, seed=seed,
                              checkpoint_every=50, batch_size=_batch(64, len(train)), lr=sizes.clf_lr,
                              select_on="val/accuracy", save_best=True)
     trained = _train("classifier_best", model, ClassificationTask(train, evals), tcfg,
@@ -390,7 +421,7 @@ def stage_models(data: Data, stats: Stats, sizes, device, seed: int, cache: bool
         train = ClassificationData(data.clf_train.tokens, data.clf_train.labels, max_len=mcfg.max_len)
         test = ClassificationData(data.clf_test.tokens, data.clf_test.labels, max_len=mcfg.max_len)
         seed_everything(seed)
-        tcfg = seed_train_config(epochs=sizes.clf_epochs, progress=progress, device=device.type, seed=seed,
+        tcfg = seed_train_config(epochs=sizes.clf_epochs, progress=progress, quiet=not progress, device=device.type, seed=seed,
                                  checkpoint_every=50, batch_size=_batch(64, len(train)), lr=sizes.clf_lr)
         out["classifier"] = _train("classifier", TransformerClassifier(mcfg), ClassificationTask(train, {"test": test}),
                                    tcfg, {**common, "model": mcfg.to_dict()}, cache)
@@ -408,9 +439,12 @@ def stage_models(data: Data, stats: Stats, sizes, device, seed: int, cache: bool
             ("transformer_lm", TransformerLM, LMConfig(vocab_size=V, **sizes.lm_model), 1e-3)):
         seed_everything(seed)
         train = LMData(data.lm_neg, seq_len=mcfg.max_len, oov_id=data.vocab.unk_id)
-        tcfg = lm_train_config(epochs=1, batch_size=_batch(sizes.lm_batch, len(train)), lr=lr, max_steps=sizes.lm_steps,
-                               warmup_steps=min(100, (sizes.lm_steps or 1000) // 10), progress=progress,
+        batch, task = _batch(sizes.lm_batch, len(train)), LMTask(train, {})
+        steps_per_epoch = len(task.plan(batch, 0, seed, 0, 1))
+        tcfg = lm_train_config(epochs=_lm_epochs(sizes.lm_steps, steps_per_epoch), batch_size=batch, lr=lr,
+                               max_steps=sizes.lm_steps,
+                               warmup_steps=min(100, (sizes.lm_steps or 1000) // 10), progress=progress, quiet=not progress,
                                device=device.type, seed=seed, checkpoint_every=50)
-        out[name] = _train(name, model_cls(mcfg), LMTask(train, {}), tcfg,
+        out[name] = _train(name, model_cls(mcfg), task, tcfg,
                            {**common, "model": mcfg.to_dict()}, cache, lm_eval)
     return out

@@ -44,7 +44,7 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 CHECKPOINT_FORMAT = 1
 # settings that change how a run is carried out but not what it computes: a checkpoint written under
 # one value resumes under another (e.g. a longer run resumed with more frequent checkpoints)
-RUNTIME_ONLY = ("device", "compile", "progress", "log_every", "resume", "checkpoint_every")
+RUNTIME_ONLY = ("device", "compile", "progress", "quiet", "log_every", "resume", "checkpoint_every")
 
 __all__ = ["TrainConfig", "Trainer", "CheckpointMismatchError", "pick_device", "seed_everything", "lr_factor",
            "setup_distributed", "load_checkpoint", "save_model", "load_model"]
@@ -79,7 +79,8 @@ class TrainConfig:
     select_on: str | None = None         # "set/metric", e.g. "val/accuracy": records the best epoch
     save_best: bool = False              # with select_on: also keep the best weights (best.pt)
     log_every: int = 50
-    progress: bool = True
+    progress: bool = True                # a tqdm bar; without it one line per epoch is printed
+    quiet: bool = False                  # neither bar nor epoch lines
 
     def validate(self) -> "TrainConfig":
         for name in ("epochs", "batch_size", "log_every"):
@@ -363,7 +364,7 @@ class Trainer:
             model = torch.compile(model, mode=None if cfg.compile is True else cfg.compile)
 
         bar = None
-        if cfg.progress and rank == 0:
+        if cfg.progress and not cfg.quiet and rank == 0:
             from tqdm.auto import tqdm
             bar = tqdm(total=total, initial=state.step, unit="step", dynamic_ncols=True, mininterval=2.0,
                        desc=type(raw).__name__)
@@ -450,7 +451,7 @@ class Trainer:
             self._save(raw, opt, state, rank)
             summary = self._summary(state, timing, time.perf_counter() - t_start, device, bf16, world)
             self._metrics(state, summary, rank)
-            if rank == 0 and not cfg.progress:
+            if rank == 0 and not cfg.progress and not cfg.quiet:
                 ev = "; ".join(f"{k}: " + ", ".join(f"{m}={v:.4f}" for m, v in d.items() if isinstance(v, float))
                                for k, d in evaluation.items())
                 print(f"[{type(raw).__name__}] epoch {record['epoch']} step {state.step}/{total} "
