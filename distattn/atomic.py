@@ -89,6 +89,27 @@ def config_hash(config: Any, length: int = 16) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
 
 
+def missing_dirs(path: str | os.PathLike) -> list[Path]:
+    """The directories of ``path`` (itself included) that do not exist yet, outermost first: what
+    a command that creates ``path`` should remove again if it fails before writing anything there."""
+    path = Path(path).absolute()
+    out = []
+    for p in [path, *path.parents]:
+        if p.exists():
+            break
+        out.append(p)
+    return out[::-1]
+
+
+def remove_empty_dirs(dirs) -> None:
+    """Remove those of ``dirs`` that are empty, innermost first; anything with content stays."""
+    for d in sorted(map(Path, dirs), key=lambda p: len(p.parts), reverse=True):
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
 def ensure_writable_dir(path: str | os.PathLike) -> Path:
     """Create ``path`` (and its parents) and prove a file can be written there; raises ``OSError``.
     Commands call it before any work, so an unwritable output fails at once, not at the end."""

@@ -102,3 +102,18 @@ def test_the_cooccurrence_name_is_the_function_whatever_was_imported_first():
             "assert callable(cooccurrence) and cooccurrence.__name__ == 'cooccurrence', cooccurrence\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_a_failed_count_removes_the_out_dir_it_made_and_small_vocabularies_are_still_written(capsys, tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    code, out, err = run_cli(["--corpus", "text", "--path", str(tmp_path / "empty.txt"),
+                              "--out", str(tmp_path / "new" / "o")], capsys)
+    assert code == 2 and err.startswith("error:")
+    assert not (tmp_path / "new").exists()                      # once left behind, empty
+    (tmp_path / "one.txt").write_text("\n".join(f"w{i % 5}" for i in range(30)))   # one word a document
+    code, out, err = run_cli(["--corpus", "text", "--path", str(tmp_path / "one.txt"), "--svd-dim", "2",
+                              "--evaluate", "--out", str(tmp_path / "o")], capsys)
+    assert code == 0, err                                       # once a traceback from --evaluate, nothing written
+    assert "warning: the co-occurrence matrix is empty" in err and "warning: wordsim353 not scored" in err
+    summary = json.loads(out)
+    assert "error" in summary["similarity"]["wordsim353"] and (tmp_path / "o" / "cooc.npz").exists()

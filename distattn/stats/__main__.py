@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from distattn.atomic import ensure_writable_dir
+from distattn.atomic import ensure_writable_dir, missing_dirs, remove_empty_dirs
 from distattn.stats.pipeline import StatsConfig, build_statistics
 
 
@@ -53,23 +53,34 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    fresh = missing_dirs(args.out) if args.out else []
     if args.out:                         # an unwritable --out fails now, not after the counting
         try:
             ensure_writable_dir(args.out)
         except OSError as exc:
+            remove_empty_dirs(fresh)
             print(f"error: cannot write to --out {args.out!r}: {exc.strerror or exc}", file=sys.stderr)
             return 2
     try:
         stats = build_statistics(cfg, cache=not args.no_cache, progress=sys.stderr.isatty(), n_jobs=args.jobs)
     except (ValueError, FileNotFoundError, OSError, MemoryError) as exc:
+        remove_empty_dirs(fresh)         # an --out made for this run goes again; nothing was written in it
         print(f"error: {exc}", file=sys.stderr)
         return 2
     summary = stats.summary()
+    if not summary.get("cooc_nnz", 1):
+        print("warning: the co-occurrence matrix is empty: no two in-vocabulary tokens of one document lie "
+              f"within --window {args.window} of each other", file=sys.stderr)
     if args.evaluate:
         from distattn.stats.similarity import evaluate_similarity
         words = stats.vocab.itos
-        summary["similarity"] = {name: evaluate_similarity((stats.embeddings, words), name).as_dict()
-                                 for name in ("wordsim353", "simlex999")}
+        summary["similarity"] = {}
+        for name in ("wordsim353", "simlex999"):
+            try:
+                summary["similarity"][name] = evaluate_similarity((stats.embeddings, words), name).as_dict()
+            except ValueError as exc:    # e.g. a small vocabulary that holds none of the dataset's pairs
+                summary["similarity"][name] = {"error": str(exc)}
+                print(f"warning: {name} not scored: {exc}", file=sys.stderr)
     if args.out:
         try:
             summary["written"] = [str(p) for p in stats.save(args.out)]
