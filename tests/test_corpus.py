@@ -249,6 +249,40 @@ def test_get_corpus_refuses_unknown_options_and_text_honours_its_encoding(tmp_pa
         get_corpus("text", path=str(path), encoding="no-such-codec")
 
 
+@pytest.mark.parametrize("layout", ["txt", "jsonl", "dir"])
+def test_bytes_that_are_not_utf8_are_an_error_naming_file_and_line(tmp_path, layout):
+    """Once silently replaced by U+FFFD in .txt ("café" became "caf"), and a bare codec error
+    without file or line in .jsonl."""
+    bad = "café".encode("latin-1")
+    if layout == "txt":
+        path, where = tmp_path / "c.txt", "c.txt:2"
+        path.write_bytes(b"fine line\n" + bad + b" au lait\n")
+    elif layout == "jsonl":
+        path, where = tmp_path / "c.jsonl", "c.jsonl:2"
+        path.write_bytes(b'{"text": "fine"}\n{"text": "' + bad + b'"}\n')
+    else:
+        path, where = tmp_path / "d", "b.txt"
+        path.mkdir()
+        (path / "a.txt").write_text("fine")
+        (path / "b.txt").write_bytes(bad)
+    with pytest.raises(ValueError, match=rf"{re.escape(where)}: not UTF-8 \(byte 0xe9 at byte \d+\); re-encode"):
+        list(get_corpus("text", path=str(path)))
+    texts = [d.text if isinstance(d.text, bytes) else d.text.encode()
+             for d in get_corpus("text", path=str(_utf8_copy(path, tmp_path)))]
+    assert any("café".encode() in t for t in texts)            # the same text as UTF-8 passes
+
+
+def _utf8_copy(path, tmp_path):
+    out = tmp_path / ("utf8" + path.suffix) if path.is_file() else tmp_path / "utf8dir"
+    if path.is_file():
+        out.write_bytes(path.read_bytes().decode("latin-1").encode("utf-8"))
+    else:
+        out.mkdir()
+        for f in path.iterdir():
+            (out / f.name).write_bytes(f.read_bytes().decode("latin-1").encode("utf-8"))
+    return out
+
+
 def test_sha256_file_refuses_an_empty_read_size(tmp_path):
     from distattn.corpus.download import sha256_file
     f = tmp_path / "f"

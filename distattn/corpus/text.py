@@ -58,36 +58,56 @@ class TextCorpus(Corpus):
     def __iter__(self) -> Iterator[Document]:
         if self.kind == "dir":
             for p in self._files:
-                yield Document(self._utf8(p.read_bytes()), split="all", name=str(p.relative_to(self.path)))
+                yield Document(self._utf8(p.read_bytes(), p), split="all", name=str(p.relative_to(self.path)))
         elif self.kind == "txt" and self.encoding == "utf-8":
             with open(self.path, "rb") as fh:
                 for i, line in enumerate(fh):
-                    yield Document(line.rstrip(b"\r\n"), split="all", name=f"line{i + 1}")
+                    yield Document(self._utf8(line.rstrip(b"\r\n"), self.path, i + 1), split="all",
+                                   name=f"line{i + 1}")
         elif self.kind == "txt":               # decoded before splitting: a UTF-16 newline is two bytes
             with open(self.path, encoding=self.encoding, errors="replace", newline="") as fh:
                 for i, line in enumerate(fh):
                     yield Document(line.rstrip("\r\n").encode("utf-8"), split="all", name=f"line{i + 1}")
         else:
-            with open(self.path, encoding=self.encoding) as fh:
-                for i, line in enumerate(fh, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        obj = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise ValueError(f"{self.path}:{i}: not valid JSON ({exc.msg})") from None
-                    if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                        raise ValueError(f"{self.path}:{i}: each line must be an object with a string 'text' field")
-                    label = obj.get("label", NO_LABEL)
-                    if label is None:
-                        label = NO_LABEL
-                    if not isinstance(label, int) or isinstance(label, bool) or not -1 <= label <= 127:
-                        raise ValueError(f"{self.path}:{i}: 'label' must be an integer in [-1, 127], got {label!r}")
-                    yield Document(obj["text"], label=label, split=str(obj.get("split", "all")), name=f"line{i}")
+            for i, line in self._jsonl_lines():
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{self.path}:{i}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                    raise ValueError(f"{self.path}:{i}: each line must be an object with a string 'text' field")
+                label = obj.get("label", NO_LABEL)
+                if label is None:
+                    label = NO_LABEL
+                if not isinstance(label, int) or isinstance(label, bool) or not -1 <= label <= 127:
+                    raise ValueError(f"{self.path}:{i}: 'label' must be an integer in [-1, 127], got {label!r}")
+                yield Document(obj["text"], label=label, split=str(obj.get("split", "all")), name=f"line{i}")
 
-    def _utf8(self, raw: bytes) -> bytes:
-        """Documents are UTF-8 bytes; another encoding is decoded here (undecodable bytes become U+FFFD)."""
-        return raw if self.encoding == "utf-8" else raw.decode(self.encoding, errors="replace").encode("utf-8")
+    def _jsonl_lines(self) -> Iterator[tuple[int, str]]:
+        if self.encoding != "utf-8":
+            with open(self.path, encoding=self.encoding, errors="replace") as fh:
+                yield from enumerate(fh, 1)
+            return
+        with open(self.path, "rb") as fh:             # line by line, so that a bad byte is reported with its line
+            for i, raw in enumerate(fh, 1):
+                yield i, self._utf8(raw, self.path, i).decode("utf-8")
+
+    def _utf8(self, raw: bytes, path: Path, line: int | None = None) -> bytes:
+        """Documents are UTF-8 bytes: UTF-8 input is checked (a byte that is not UTF-8 is an error
+        naming the file and line, never silently replaced); another encoding is decoded here."""
+        if self.encoding != "utf-8":
+            return raw.decode(self.encoding, errors="replace").encode("utf-8")
+        if not raw.isascii():
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                where = f"{path}:{line}" if line is not None else str(path)
+                raise ValueError(f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1}); "
+                                 f"re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8), or from Python "
+                                 f"pass get_corpus('text', path=..., encoding='latin-1')") from None
+        return raw
 
     def __repr__(self) -> str:
         return f"TextCorpus({str(self.path)!r}, kind={self.kind!r})"
