@@ -272,6 +272,18 @@ def test_bytes_that_are_not_utf8_are_an_error_naming_file_and_line(tmp_path, lay
     assert any("café".encode() in t for t in texts)            # the same text as UTF-8 passes
 
 
+def test_bytes_that_do_not_decode_in_a_declared_encoding_are_an_error_too(tmp_path):
+    """Once replaced by U+FFFD in silence, as UTF-8 input was."""
+    path = tmp_path / "c.txt"
+    path.write_bytes("first line\n".encode("utf-16") + b"\x00\xd8")    # a lone surrogate half at the end
+    with pytest.raises(ValueError, match=r"c.txt: not valid utf-16 after line 1 .*encoding="):
+        list(get_corpus("text", path=str(path), encoding="utf-16"))
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_bytes(b"\xff\xfe\x00\xd8")
+    with pytest.raises(ValueError, match=r"a.txt: not valid utf-16"):
+        list(get_corpus("text", path=str(tmp_path / "d"), encoding="utf-16"))
+
+
 def _utf8_copy(path, tmp_path):
     out = tmp_path / ("utf8" + path.suffix) if path.is_file() else tmp_path / "utf8dir"
     if path.is_file():

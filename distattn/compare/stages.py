@@ -67,6 +67,7 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
     tc = tokenize_corpus(get_corpus(cfg.corpus, **kwargs), progress=progress)
     rng = np.random.default_rng(cfg.seed)
     n = len(tc)
+    clf_skipped = None          # why a text corpus trains no classifier, for the report
     if cfg.corpus == "imdb":
         train_idx = np.flatnonzero(tc.docs.split_mask("train"))
         unsup_idx = np.flatnonzero(tc.docs.split_mask("unsup"))
@@ -101,6 +102,7 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
             log.warning("classifier skipped: %s (it needs both labels, 0 and 1)", skip)
         if skip or not labelled.any():
             clf_train_idx = clf_test_idx = np.zeros(0, dtype=np.int64)
+            clf_skipped = skip or "the documents carry no labels"
     if cfg.max_docs is not None:
         stat_idx = np.sort(rng.choice(stat_idx, size=min(len(stat_idx), cfg.max_docs), replace=False))
     vocab = tc.take(stat_idx).vocabulary(max_size=sizes.vocab_size)
@@ -130,8 +132,8 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
                      "validation_docs": len(val_idx), "eval_docs": len(eval_idx), "eval_len": sizes.eval_len,
                      "lm_docs": len(lm_idx), "classifier_train_docs": 0 if clf_train is None else len(clf_train),
                      "classifier_test_docs": 0 if clf_test is None else len(clf_test)}
-    if cfg.corpus == "text" and (skip or not labelled.any()):
-        data.describe["classifier_skipped"] = skip or "the documents carry no labels"
+    if clf_skipped:
+        data.describe["classifier_skipped"] = clf_skipped
     return data
 
 

@@ -65,9 +65,8 @@ class TextCorpus(Corpus):
                     yield Document(self._utf8(line.rstrip(b"\r\n"), self.path, i + 1), split="all",
                                    name=f"line{i + 1}")
         elif self.kind == "txt":               # decoded before splitting: a UTF-16 newline is two bytes
-            with open(self.path, encoding=self.encoding, errors="replace", newline="") as fh:
-                for i, line in enumerate(fh):
-                    yield Document(line.rstrip("\r\n").encode("utf-8"), split="all", name=f"line{i + 1}")
+            for i, line in self._decoded_lines(newline=""):
+                yield Document(line.rstrip("\r\n").encode("utf-8"), split="all", name=f"line{i}")
         else:
             for i, line in self._jsonl_lines():
                 if not line.strip():
@@ -87,18 +86,33 @@ class TextCorpus(Corpus):
 
     def _jsonl_lines(self) -> Iterator[tuple[int, str]]:
         if self.encoding != "utf-8":
-            with open(self.path, encoding=self.encoding, errors="replace") as fh:
-                yield from enumerate(fh, 1)
+            yield from self._decoded_lines()
             return
         with open(self.path, "rb") as fh:             # line by line, so that a bad byte is reported with its line
             for i, raw in enumerate(fh, 1):
                 yield i, self._utf8(raw, self.path, i).decode("utf-8")
 
+    def _decoded_lines(self, newline=None) -> Iterator[tuple[int, str]]:
+        """``(line number, text)`` of a file in a declared encoding other than UTF-8."""
+        i = 0
+        try:
+            with open(self.path, encoding=self.encoding, newline=newline) as fh:
+                for i, line in enumerate(fh, 1):
+                    yield i, line
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{self.path}: not valid {self.encoding} after line {i} ({exc.reason}); pass the "
+                             f"file's encoding as encoding=") from None
+
     def _utf8(self, raw: bytes, path: Path, line: int | None = None) -> bytes:
-        """Documents are UTF-8 bytes: UTF-8 input is checked (a byte that is not UTF-8 is an error
-        naming the file and line, never silently replaced); another encoding is decoded here."""
+        """Documents are UTF-8 bytes: input is checked against its encoding (a byte that does not
+        decode is an error naming the file and line, never silently replaced); another encoding is
+        re-encoded here."""
         if self.encoding != "utf-8":
-            return raw.decode(self.encoding, errors="replace").encode("utf-8")
+            try:
+                return raw.decode(self.encoding).encode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}: not valid {self.encoding} ({exc.reason}); pass the file's encoding as "
+                                 f"encoding=") from None
         if not raw.isascii():
             try:
                 raw.decode("utf-8")
