@@ -270,6 +270,40 @@ def test_command_line_is_pasteable():
     assert command_line(["tool.py", "-q"]) == "tool.py -q"
 
 
+@pytest.mark.slow
+def test_imdb_run_without_models(imdb_archive, tmp_path, capsys):
+    """The main command's corpus, at smoke size: the IMDB splits, the seed's five example reviews in
+    the heatmaps, and the report's wording for reviews."""
+    code, out, err = run_cli(["--corpus", "imdb", "--data-dir", str(imdb_archive.parent), "--max-docs", "40",
+                              "--no-models", "--out", str(tmp_path / "runs"), "-q", "--device", "cpu"], capsys)
+    assert code == 0, err
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert run_dir.name.startswith("imdb-")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    data = metrics["data"]
+    assert data["corpus"] == "imdb" and data["documents"] == 100_000 and data["eval_docs"] == 40
+    heat = metrics["analysis"]["heatmaps"]
+    assert [h["example"] for h in heat] == ["long positive", "long negative", "mixed", "positive with minor negation",
+                                            "subtle negative", "held-out review 1", "held-out review 2"]
+    assert all(h["expected"] for h in heat[:5]) and "p_positive" not in heat[0]     # no classifier trained
+    report = (run_dir / "report.html").read_text()
+    assert "The five example reviews of 000_48942d33924f2728.txt §IV.B" in report
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["resolved_paths"]["data_dir"] == str(imdb_archive.parent.resolve())
+
+
+def test_config_json_records_the_paths_it_read_as_absolute(tmp_path, monkeypatch):
+    from distattn.compare.config import CompareConfig
+    from distattn.compare.run import environment
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl")
+    monkeypatch.chdir(tmp_path)
+    cfg = CompareConfig(corpus="text", path="c.jsonl", out="runs", profile="quick").validate()
+    env = environment(cfg, "quick", cfg.sizes(), "cpu")
+    assert env["config"]["path"] == "c.jsonl"                   # as given on the command line
+    assert env["resolved_paths"] == {"path": str(corpus.resolve()), "out": str((tmp_path / "runs").resolve())}
+    json.dumps(env)                                            # what config.json holds
+
+
 def test_sense_communities_render_as_a_table():
     from distattn.compare.report import _senses
     html = _senses({"word": "bank", "communities": [["river", "shore"], ["money", "loan", "<b>"]],
@@ -320,4 +354,7 @@ def test_one_label_skips_the_classifier_and_says_why(tmp_path, capsys, caplog):
     assert "classifier skipped: the 36 labelled training documents all have label 1" in caplog.text + err
     metrics = json.loads(next((tmp_path / "runs").glob("*/metrics.json")).read_text())
     assert metrics["data"]["classifier_skipped"].startswith("the 36 labelled training documents all have label 1")
-    assert "classifier" not in metrics and len(metrics["analysis"]["heatmaps"]) == 2     # the two held-out ones
+    heat = metrics["analysis"]["heatmaps"]
+    assert "classifier" not in metrics and [h["example"] for h in heat] == [f"held-out document {i}" for i in (1, 2, 3, 4)]
+    report = next((tmp_path / "runs").glob("*/report.html")).read_text()
+    assert "Held-out test documents." in report and "§IV.B" not in report   # the seed's IMDB reviews: IMDB only

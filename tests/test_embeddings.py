@@ -138,6 +138,25 @@ def test_keyed_vectors_round_trip():
     assert_allclose(kv64.vectors, model.vectors_)
 
 
+def test_keyed_vectors_leave_out_words_that_never_co_occurred():
+    # <pad> and <unk> get no counts when out-of-vocabulary tokens are dropped before counting; their
+    # zero rows came out of gensim's most_similar with a NaN similarity
+    rng = np.random.default_rng(3)
+    counts = rng.poisson(2.0, size=(10, 10)).astype(float)
+    counts = counts + counts.T
+    counts[:2] = 0
+    counts[:, :2] = 0
+    words = ["<pad>", "<unk>"] + [f"w{i}" for i in range(2, 10)]
+    model = SVDEmbeddings(dim=3).fit(ppmi(sp.csr_array(counts)), words=words)
+    assert not model.vectors_[:2].any()
+    kv = model.to_keyed_vectors()
+    assert kv.index_to_key == words[2:]
+    assert all(np.isfinite(sim) for _, sim in kv.most_similar("w4", topn=20))
+    assert model.to_keyed_vectors(drop_zero=False).index_to_key == words
+    with pytest.raises(ValueError, match="repeated: \\['<pad>'\\]"):   # checked before zero rows go
+        model.to_keyed_vectors(["<pad>", "<pad>"] + words[2:])
+
+
 def test_errors(monkeypatch):
     X = low_rank()
     for bad in (0, 20, 2.5, True):

@@ -128,9 +128,12 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
         parts.append("<h2>Sentiment classifier</h2>" + _table(["model", "test accuracy", "train seconds"], rows))
     an = metrics.get("analysis", {})
     if an.get("heatmaps"):
+        seed_examples = sum(1 for h in an["heatmaps"] if h.get("expected"))
+        which = (f"The {'five' if seed_examples == 5 else f'{seed_examples} of the five'} example reviews of "
+                 "000_48942d33924f2728.txt §IV.B, then held-out test reviews." if seed_examples
+                 else "Held-out test documents.")
         parts.append("<h2>Attention side by side: projection vs learned heads</h2>"
-                     "<p class='muted'>The five example reviews of 000_48942d33924f2728.txt §IV.B, then held-out "
-                     "test reviews. Rows attend to columns.</p>")
+                     f"<p class='muted'>{which} Rows attend to columns.</p>")
         for h in an["heatmaps"]:
             cap = h["example"] + (f" (seed paper: {h['expected']}" + (f"; our classifier p(positive) = "
                                                                        f"{h['p_positive']:.2f}" if 'p_positive' in h else "")

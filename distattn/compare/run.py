@@ -67,8 +67,12 @@ def environment(cfg: CompareConfig, profile: str, sizes, device) -> dict:
         git_hash = git.stdout.strip() if git.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         git_hash = None
-    return {"config": dataclasses.asdict(cfg), "profile": profile, "sizes": dataclasses.asdict(sizes),
-            "device": str(device), "seed": cfg.seed, "versions": versions, "git_hash": git_hash,
+    # the options as given, and the paths they name made absolute, so that config.json still says
+    # which files were read after the run directory is moved or the shell's directory changes
+    paths = {k: str(Path(v).expanduser().resolve()) for k in ("path", "data_dir", "out")
+             if (v := getattr(cfg, k)) is not None}
+    return {"config": dataclasses.asdict(cfg), "resolved_paths": paths, "profile": profile,
+            "sizes": dataclasses.asdict(sizes), "device": str(device), "seed": cfg.seed, "versions": versions, "git_hash": git_hash,
             "command": command_line(sys.argv), "started": datetime.now().isoformat(timespec="seconds")}
 
 
@@ -254,8 +258,9 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
     from distattn.atomic import atomic_dir
     from distattn.compare.stages import stage_dir
     # "version" 2: the directional factors and the alignment basis come from the spectra's SVDs;
-    # 3: the PPMI and directional-PPMI spectra come from the statistics stage's SVDs
-    d, _ = stage_dir("analysis", {"version": 3, "data": data.key, "stats": stats.key,
+    # 3: the PPMI and directional-PPMI spectra come from the statistics stage's SVDs; 4: the seed's
+    # IMDB example reviews are drawn for IMDB only
+    d, _ = stage_dir("analysis", {"version": 4, "data": data.key, "stats": stats.key,
                                   "sizes": dataclasses.asdict(sizes),
                                   "models": {n: m.checkpoint.parent.name for n, m in models.items()}})
     if not (cache and (d / "analysis.json").exists()):
@@ -406,16 +411,20 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
         figures.plot_agreement({p: v for p, v in scores.items()}, fig_dir / "agreement.png",
                                title=f"Agreement with {name}'s heads (mean over heads, {len(seqs)} test sequences)")
 
-    # ---- heatmaps: the five examples of 000 §IV.B and two held-out reviews
+    # ---- heatmaps: IMDB: the five examples of 000 §IV.B and two held-out reviews; another corpus:
+    # four of its own held-out documents (the seed's movie reviews say nothing about it)
     section("heatmaps")
-    examples = _seed_examples(data) + [(f"held-out review {i + 1}", data.vocab.decode(np.where(s < 0, unk, s)), s, "")
-                                       for i, s in enumerate(seqs[:2])]
+    imdb = data.describe.get("corpus") == "imdb"
+    kind = "review" if imdb else "document"
+    examples = (_seed_examples(data) if imdb else []) + [
+        (f"held-out {kind} {i + 1}", data.vocab.decode(np.where(s < 0, unk, s)), s, "")
+        for i, s in enumerate(seqs[:2 if imdb else 4])]
     clf = models.get("classifier")
     heat = []
     for j, (ex_name, toks, ids, expected) in enumerate(examples):
         ids = ids[:min(len(ids), 40)]
         toks = toks[:len(ids)]
-        if np.count_nonzero(ids >= 0) < 2:      # e.g. the seed's IMDB examples on a corpus of other words
+        if np.count_nonzero(ids >= 0) < 2:      # a text too short, or made of out-of-vocabulary words
             log.info("heatmap of %r skipped: fewer than two of its words are in the vocabulary", ex_name)
             continue
         mats = {"projection Norm(QSQᵀ)": row_normalize(context_matrix(ids, stats.P))}

@@ -127,7 +127,7 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
                             "stat": _ids_hash(stat_idx), "val": _ids_hash(val_idx), "eval": _ids_hash(eval_idx),
                             "lm": _ids_hash(lm_idx), "eval_len": sizes.eval_len,
                             "clf": [len(clf_train_idx), sizes.clf_train_docs, sizes.clf_test_docs]})
-    data.describe = {"documents": n, "tokens": tc.n_tokens, "vocab_size": len(vocab),
+    data.describe = {"corpus": cfg.corpus, "documents": n, "tokens": tc.n_tokens, "vocab_size": len(vocab),
                      "statistics_docs": len(stat_idx), "statistics_tokens": data.stat_neg.n_tokens,
                      "validation_docs": len(val_idx), "eval_docs": len(eval_idx), "eval_len": sizes.eval_len,
                      "lm_docs": len(lm_idx), "classifier_train_docs": 0 if clf_train is None else len(clf_train),

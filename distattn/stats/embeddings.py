@@ -292,12 +292,17 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
         """``fit(X, words=words).transform(X)``: the (row-normalised) ``U Σ^eig``."""
         return self.fit(X, words=words).transform(X)
 
-    def to_keyed_vectors(self, words=None, dtype=np.float32):
+    def to_keyed_vectors(self, words=None, dtype=np.float32, drop_zero: bool = True):
         """Export ``vectors_`` as a :class:`gensim.models.KeyedVectors`.
 
         ``words`` (length n_words; default: the ``words`` given to ``fit``) names each row;
         rows whose word is ``None`` (e.g. padding or unknown-token slots) are dropped. Words
         must be unique. Vectors are stored as ``dtype`` (gensim's default float32).
+
+        With ``drop_zero`` (the default) rows that are exactly zero are dropped too: words that
+        never co-occurred, such as ``<pad>`` and ``<unk>`` when out-of-vocabulary tokens were
+        dropped before counting. They have no direction, and gensim's ``most_similar`` would
+        rank them with a NaN similarity; ``drop_zero=False`` keeps them.
         """
         from gensim.models import KeyedVectors
 
@@ -311,14 +316,17 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
         if len(words) != n_words:
             raise ValueError(f"words has {len(words)} entries but there are {n_words} vectors.")
         keep = np.fromiter((w is not None for w in words), dtype=bool, count=n_words)
-        keys = [w for w in words if w is not None]
-        if len(set(keys)) != len(keys):
+        named = [w for w in words if w is not None]
+        if len(set(named)) != len(named):
             seen, dups = set(), []
-            for w in keys:
+            for w in named:
                 if w in seen:
                     dups.append(w)
                 seen.add(w)
             raise ValueError(f"words must be unique; repeated: {dups[:10]!r}")
+        if drop_zero:
+            keep &= np.asarray(self.vectors_ != 0).any(axis=1)
+        keys = [w for w, k in zip(words, keep) if k]
         dim = self.vectors_.shape[1]
         check_memory(np.dtype(dtype).itemsize * len(keys) * dim, "KeyedVectors export")
         kv = KeyedVectors(dim, count=0, dtype=dtype)
