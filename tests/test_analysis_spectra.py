@@ -313,3 +313,12 @@ def test_subspace_helpers_refuse_non_finite_bases():
     with pytest.raises(ValueError, match="left and right must be finite"):
         factored_svd(bad, U)
     np.testing.assert_allclose(principal_angles(U, U), [0.0, 0.0], atol=1e-7)
+
+
+def test_spectrum_metrics_refuse_a_matrix_for_its_singular_values():
+    A = np.array([[0.7, 0.3], [0.4, 0.6]])          # e.g. an attention matrix passed instead of spectrum(A)
+    for metric in (effective_rank, stable_rank, lambda s: energy_fraction(s, 1), power_law_fit):
+        with pytest.raises(ValueError, match=r"got an array of shape \(2, 2\). Pass spectrum\(X\)"):
+            metric(A)                                # once read the four entries as singular values
+    assert effective_rank(spectrum(A)) == pytest.approx(effective_rank(np.linalg.svd(A, compute_uv=False)))
+    assert effective_rank(np.array([[3.0], [1.0]])) == effective_rank([3.0, 1.0])   # a column of values is fine

@@ -88,8 +88,13 @@ class Spectrum:
 
 
 def _values(spec) -> np.ndarray:
-    s = spec.singular_values if isinstance(spec, Spectrum) else np.asarray(spec, dtype=np.float64)
-    s = np.asarray(s, dtype=np.float64).ravel()
+    s = spec.singular_values if isinstance(spec, Spectrum) else to_numpy(spec)
+    s = np.asarray(s, dtype=np.float64)
+    if s.ndim > 1 and sum(n > 1 for n in s.shape) > 1:
+        # a matrix's entries are not its singular values: refuse rather than read them as such
+        raise ValueError(f"expected singular values (a Spectrum or a 1-D array); got an array of shape {s.shape}. "
+                         f"Pass spectrum(X) for a matrix X")
+    s = s.ravel()
     if s.size == 0:
         raise ValueError("the spectrum is empty")
     if not np.all(np.isfinite(s)) or np.any(s < 0):
