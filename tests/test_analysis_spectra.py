@@ -322,3 +322,21 @@ def test_spectrum_metrics_refuse_a_matrix_for_its_singular_values():
             metric(A)                                # once read the four entries as singular values
     assert effective_rank(spectrum(A)) == pytest.approx(effective_rank(np.linalg.svd(A, compute_uv=False)))
     assert effective_rank(np.array([[3.0], [1.0]])) == effective_rank([3.0, 1.0])   # a column of values is fine
+
+
+def test_qk_pmi_correlation_and_top_frequent_ids_refuse_nan():
+    g = np.random.default_rng(1)
+    qk, P = g.random((6, 6)), g.random((6, 6))
+    bad = P.copy()
+    bad[0, 1] = np.nan
+    with pytest.raises(ValueError, match="ppmi holds NaN or inf"):
+        qk_pmi_correlation(qk, bad, [0, 1, 2, 3])           # once a rho and p-value with NaN ranked as a value
+    with pytest.raises(ValueError, match="ppmi holds NaN or inf"):
+        qk_pmi_correlation(qk, sp.csr_array(bad), [0, 1, 2, 3])
+    qk_bad = qk.copy()
+    qk_bad[2, 3] = np.inf
+    with pytest.raises(ValueError, match="head 0's qk circuit holds NaN or inf"):
+        qk_pmi_correlation(qk_bad, P, [0, 1, 2, 3])
+    assert np.isfinite(qk_pmi_correlation(qk_bad, P, [0, 1, 2]).rho_all)   # only the words compared matter
+    with pytest.raises(ValueError, match=r"counts must be finite; ids \[1\] hold NaN or inf"):
+        top_frequent_ids([3.0, np.nan, 1.0], 2)                # once dropped id 1 silently

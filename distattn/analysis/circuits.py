@@ -70,6 +70,9 @@ def top_frequent_ids(counts, n: int, exclude=()) -> np.ndarray:
         raise ValueError(f"counts must be a 1-D array of per-id counts (e.g. S.sum(axis=1) of a co-occurrence "
                          f"matrix S); got {kind}")
     counts = np.asarray(counts, dtype=np.float64).ravel().copy()
+    if not np.all(np.isfinite(counts)):
+        bad = np.flatnonzero(~np.isfinite(counts))
+        raise ValueError(f"counts must be finite; ids {bad[:10].tolist()} hold NaN or inf")
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
     skip = np.asarray(list(exclude))
@@ -146,6 +149,8 @@ def qk_pmi_correlations(heads, ppmi, word_ids, *, orientation: str = "query_key"
         raise ValueError(f"word_ids must lie in [0, {vocab[0]}) for a ppmi of shape {vocab}")
     pblock = P[ids][:, ids].toarray() if sp.issparse(P) else P[np.ix_(ids, ids)]
     pblock = np.asarray(pblock, dtype=np.float64)
+    if not np.all(np.isfinite(pblock)):          # NaN would be ranked as a value and give a wrong rho
+        raise ValueError("ppmi holds NaN or inf among the entries of word_ids")
     if orientation == "key_query":
         pblock = pblock.T
     off = ~np.eye(N, dtype=bool)
@@ -157,6 +162,8 @@ def qk_pmi_correlations(heads, ppmi, word_ids, *, orientation: str = "query_key"
     for head in heads:
         block = head.submatrix(ids, ids) if isinstance(head, FactoredMatrix) else head[np.ix_(ids, ids)]
         x = np.asarray(block, dtype=np.float64)[off]
+        if not np.all(np.isfinite(x)):
+            raise ValueError(f"head {len(out)}'s qk circuit holds NaN or inf among the entries of word_ids")
         rho_a, p_a = spearman(x, y, ranks_y=ranks_all)
         rho_p, p_p = spearman(x[pos], y_pos, ranks_y=ranks_pos)
         out.append(PMICorrelation(rho_all=rho_a, pvalue_all=p_a, n_pairs_all=int(x.size), rho_positive=rho_p,
