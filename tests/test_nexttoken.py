@@ -276,6 +276,18 @@ def test_kneser_ney_rows_are_distributions(train, order):
     assert all(0 < d < 1 for d in lm.discounts_) and len(lm.discounts_) == order
 
 
+@pytest.mark.parametrize("train_docs", [[], [np.array([1, 2]), np.array([3])]])
+def test_kneser_ney_without_any_trigram_backs_off(train_docs):
+    """A trigram model trained on documents with no trigram (none, or all shorter than 3 tokens)
+    once raised IndexError at scoring (its back-off table was empty); every context backs off wholly
+    to the lowest order (no continuation counts exist either)."""
+    lm = KneserNeyLM(order=3).fit(train_docs, 5)
+    P = lm.probabilities([0, 1, 2, 3])
+    np.testing.assert_allclose(P, np.broadcast_to(lm.unigram_, (4, 5)), rtol=1e-12)
+    np.testing.assert_allclose(P.sum(1), 1.0, rtol=1e-12)
+    assert np.isfinite(evaluate_next_token(lm, [np.array([0, 1, 2])]).perplexity)
+
+
 def test_kneser_ney_bigram_matches_a_loop_reference():
     docs = [np.array([0, 1, 2, 0, 1, 3]), np.array([1, 2, 2, 0])]
     Vs, D = 5, 0.5

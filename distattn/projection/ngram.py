@@ -93,7 +93,9 @@ class _Level:
         distributions ``lower`` (len(rows), V)."""
         seen = rows >= 0
         r = np.where(seen, rows, 0)
-        out = lower * np.where(seen, self.backoff[r], 1.0)[:, None]
+        weight = np.ones(rows.size)                 # (indexing backoff at 0 fails when no context was seen in training)
+        weight[seen] = self.backoff[rows[seen]]
+        out = lower * weight[:, None]
         if seen.any():
             sub = self.counts[r[seen]]
             sub.data = np.maximum(sub.data - self.discount, 0.0) * np.repeat(self.inv_total[r[seen]],
