@@ -308,3 +308,36 @@ def test_causal_weights_and_batch_evidence_check_their_shapes_and_sizes():
         causal_weights(np.ones(3))
     with pytest.raises(ValueError, match="chunk_pairs must be an integer >= 1; got -5"):
         global_evidences([np.array([0, 1])], np.eye(3), chunk_pairs=-5)
+
+
+def test_attention_from_scores_refuses_nan_instead_of_returning_it():
+    """softmax_rows, attention_weights, causal_weights and masked_attention once passed NaN
+    scores through (a NaN attention, or NaN evidence downstream) without a word."""
+    from distattn.projection.causal import causal_weights
+    bad = np.array([[0.0, np.nan], [1.0, 2.0]])
+    with pytest.raises(ValueError, match=r"scores contain NaN or \+inf"):
+        softmax_rows(bad)
+    with pytest.raises(ValueError, match=r"scores contain NaN or \+inf"):
+        softmax_rows([[np.inf, 1.0]])
+    with pytest.raises(ValueError, match="a row of scores is all -inf"):
+        softmax_rows([[-np.inf, -np.inf], [0.0, 1.0]])
+    with pytest.raises(ValueError, match=r"at least one column; got shape \(\)"):
+        softmax_rows(3.0)
+    np.testing.assert_allclose(softmax_rows([[-np.inf, 0.0]]), [[0.0, 1.0]])     # a masked entry is fine
+    for normalization in ("none", "row", "softmax"):
+        with pytest.raises(ValueError, match="M contains NaN or inf"):
+            attention_weights(bad, normalization)
+        with pytest.raises(ValueError, match="M contains NaN or inf"):
+            causal_weights(bad, normalization)
+        with pytest.raises(ValueError, match="M contains NaN or inf"):
+            masked_attention(bad[None], np.ones((1, 2), bool), normalization)
+
+
+def test_masked_attention_checks_its_shapes():
+    M = np.ones((2, 3, 3))
+    with pytest.raises(ValueError, match=r"known must be a boolean mask of shape \(n_docs, length\) = \(2, 3\)"):
+        masked_attention(M, np.ones((2, 2), bool), "row")          # once a numpy broadcasting error
+    with pytest.raises(ValueError, match=r"M must have shape \(n_docs, length, length\); got \(3, 3\)"):
+        masked_attention(M[0], np.ones(3, bool), "row")            # once IndexError
+    A = masked_attention(M.tolist(), np.array([[1, 1, 0], [1, 1, 1]]), "row")     # lists and 0/1 masks work
+    np.testing.assert_allclose(A.sum(-1), [[1, 1, 0], [1, 1, 1]])

@@ -312,3 +312,12 @@ def test_cross_projection(sym_S):
         cross_vocabulary_evidence(tgt, src, sym_S, zero_rows="self")
     with pytest.raises(ValueError, match="source_ids is empty"):
         cross_context_matrix(tgt, [], sym_S)
+
+
+def test_combine_heads_refuses_nan_and_an_empty_stack():
+    with pytest.raises(ValueError, match="head_matrices contain NaN or inf"):
+        combine_heads(np.full((2, 3, 3), np.nan), "sum")            # once a NaN matrix
+    with pytest.raises(ValueError, match="head_matrices contain NaN or inf"):
+        combine_heads(np.full((2, 3, 3), np.nan), "mean_softmax")
+    with pytest.raises(ValueError, match=r"n_heads >= 1; got \(0, 3, 3\)"):
+        combine_heads(np.zeros((0, 3, 3)), "sum")                   # once an all-zero (3, 3) attention

@@ -104,6 +104,16 @@ def masked_attention(M: np.ndarray, known: np.ndarray, normalization: str = "non
     """
     _checks.choice(normalization, "normalization", NORMALIZATIONS)
     _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)
+    M = np.asarray(M, dtype=np.float64)
+    known = np.asarray(known)
+    if M.ndim != 3 or M.shape[1] != M.shape[2]:
+        raise ValueError(f"M must have shape (n_docs, length, length); got {M.shape}")
+    if known.shape != M.shape[:2] or not (known.dtype == bool or np.isin(known, (0, 1)).all()):
+        raise ValueError(f"known must be a boolean mask of shape (n_docs, length) = {M.shape[:2]}; got dtype "
+                         f"{known.dtype}, shape {known.shape}")
+    known = known.astype(bool, copy=False)
+    if not np.all(np.isfinite(M)):
+        raise ValueError("M contains NaN or inf")
     pair = known[:, :, None] & known[:, None, :]
     if normalization == "none":
         return np.where(pair, M, 0.0)

@@ -175,8 +175,15 @@ def softmax_rows(scores, *, temperature: float = 1.0) -> np.ndarray:
     """
     temperature = _checks.positive_float(temperature, "temperature")
     x = scores.toarray() if sp.issparse(scores) else np.asarray(scores, dtype=np.float64)
+    if x.ndim < 1 or x.shape[-1] == 0:
+        raise ValueError(f"scores must have shape (..., cols) with at least one column; got shape {x.shape}")
+    if np.isnan(x).any() or np.isposinf(x).any():
+        raise ValueError("scores contain NaN or +inf (-inf is allowed: it marks a masked entry)")
     x = x / temperature
-    x = x - x.max(axis=-1, keepdims=True)
+    top = x.max(axis=-1, keepdims=True)
+    if np.isneginf(top).any():
+        raise ValueError("a row of scores is all -inf: it has no softmax (mask fewer entries)")
+    x = x - top
     np.exp(x, out=x)
     x /= x.sum(axis=-1, keepdims=True)
     return x
@@ -203,6 +210,8 @@ def attention_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: 
     M = np.asarray(M, dtype=np.float64)
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ValueError(f"M must be square (length, length); got shape {M.shape}")
+    if not np.all(np.isfinite(M)):
+        raise ValueError("M contains NaN or inf")
     if known is not None:
         known = np.asarray(known)
         if known.dtype != bool or known.shape != (M.shape[0],):

@@ -155,8 +155,10 @@ def combine_heads(head_matrices, method: str = "sum", *, zero_rows: str = "unifo
     _checks.choice(method, "method", HEAD_COMBINATIONS)
     _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)
     Ms = np.asarray(head_matrices, dtype=np.float64)
-    if Ms.ndim != 3:
-        raise ValueError(f"head_matrices must have shape (n_heads, length, length); got {Ms.shape}")
+    if Ms.ndim != 3 or Ms.shape[0] == 0:
+        raise ValueError(f"head_matrices must have shape (n_heads, length, length) with n_heads >= 1; got {Ms.shape}")
+    if not np.all(np.isfinite(Ms)):
+        raise ValueError("head_matrices contain NaN or inf")
     if method == "sum":
         return Ms.sum(axis=0)
     if method == "mean_row":
