@@ -341,3 +341,17 @@ def test_masked_attention_checks_its_shapes():
         masked_attention(M[0], np.ones(3, bool), "row")            # once IndexError
     A = masked_attention(M.tolist(), np.array([[1, 1, 0], [1, 1, 1]]), "row")     # lists and 0/1 masks work
     np.testing.assert_allclose(A.sum(-1), [[1, 1, 0], [1, 1, 1]])
+
+
+def test_given_weights_are_checked(S):
+    ids = np.array([1, 5, 9])
+    bad = np.ones((3, 3))
+    bad[0, 2] = np.nan
+    for fn in (vocabulary_evidence, global_evidence, next_token_distribution):
+        with pytest.raises(ValueError, match="weights contain NaN or inf"):
+            fn(ids, S, weights=bad)                                  # once NaN evidence / a NaN distribution
+        with pytest.raises(ValueError, match="normalization must be one of"):
+            fn(ids, S, weights=np.ones((3, 3)), normalization="rows")   # once ignored silently
+    W = np.arange(9.0).reshape(3, 3)
+    np.testing.assert_allclose(vocabulary_evidence(ids, S, weights=sp.csr_array(W)),   # once "setting an array
+                               vocabulary_evidence(ids, S, weights=W))                  # element with a sequence"

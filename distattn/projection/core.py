@@ -259,9 +259,14 @@ def _attention_for(S, ids, normalization, zero_rows, attention_temperature, weig
     if weights is None:
         return attention_weights(_gather(S, ids), normalization, zero_rows=zero_rows,
                                  attention_temperature=attention_temperature, known=known)
-    A = np.asarray(weights, dtype=np.float64)
+    _checks.choice(normalization, "normalization", NORMALIZATIONS)   # unused with weights, but a typo is still one
+    _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)
+    A = weights if sp.issparse(weights) else np.asarray(weights, dtype=np.float64)
     if A.shape != (ids.size, ids.size):
         raise ValueError(f"weights must have shape (length, length) = {(ids.size, ids.size)}; got {A.shape}")
+    A = A.toarray().astype(np.float64, copy=False) if sp.issparse(A) else A
+    if not np.all(np.isfinite(A)):
+        raise ValueError("weights contain NaN or inf")
     return A
 
 
