@@ -321,3 +321,14 @@ def test_combine_heads_refuses_nan_and_an_empty_stack():
         combine_heads(np.full((2, 3, 3), np.nan), "mean_softmax")
     with pytest.raises(ValueError, match=r"n_heads >= 1; got \(0, 3, 3\)"):
         combine_heads(np.zeros((0, 3, 3)), "sum")                   # once an all-zero (3, 3) attention
+
+
+def test_head_stores_its_factors_as_float64_arrays():
+    import torch
+    for q, k in (([[1, 2], [3, 4], [5, 6]], [[1, 0], [0, 1], [1, 1]]),
+                 (torch.ones(3, 2), torch.ones(3, 2))):
+        head = Head(q, k)                        # once stored raw: .rank raised AttributeError ('list' has no
+        assert isinstance(head.query, np.ndarray) and head.query.dtype == np.float64     # shape), torch failed at @
+        assert head.rank == 2 and head.vocab_size == 3
+        Q, K = np.asarray(q, float)[[0, 2]], np.asarray(k, float)
+        np.testing.assert_allclose(multihead_evidence([0, 2], [head]), (Q @ K[[0, 2]].T) @ (Q @ K.T))

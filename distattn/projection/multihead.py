@@ -57,7 +57,9 @@ class Head:
     key: np.ndarray
 
     def __post_init__(self):
-        check_factors(self.query, self.key)
+        query, key = check_factors(self.query, self.key)
+        object.__setattr__(self, "query", query)   # lists, ints or torch tensors kept raw failed later, at use
+        object.__setattr__(self, "key", key)
 
     @property
     def rank(self) -> int:
