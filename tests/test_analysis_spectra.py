@@ -340,3 +340,19 @@ def test_qk_pmi_correlation_and_top_frequent_ids_refuse_nan():
     assert np.isfinite(qk_pmi_correlation(qk_bad, P, [0, 1, 2]).rho_all)   # only the words compared matter
     with pytest.raises(ValueError, match=r"counts must be finite; ids \[1\] hold NaN or inf"):
         top_frequent_ids([3.0, np.nan, 1.0], 2)                # once dropped id 1 silently
+
+
+def test_dense_only_analyses_name_a_sparse_input():
+    """Every analysis that reads attention, kernels, bases or distributions as dense arrays once
+    failed on a scipy.sparse input with numpy's 'setting an array element with a sequence'."""
+    import distattn.analysis as A
+    M = np.full((3, 3), 1 / 3)
+    Ms = sp.csr_array(M)
+    calls = [lambda: A.attention_graph(Ms), lambda: A.pagerank(Ms), lambda: A.entropy(Ms),
+             lambda: A.js_divergence(Ms, M), lambda: A.cka(Ms, M), lambda: A.linear_cka(Ms, M),
+             lambda: A.attention_rollout(Ms), lambda: A.row_agreement(Ms, M), lambda: A.principal_angles(Ms, M),
+             lambda: FactoredMatrix(Ms, M), lambda: FactoredMatrix(M, M) @ Ms]
+    for call in calls:
+        with pytest.raises(TypeError, match=r"got a scipy.sparse matrix of shape \(3, 3\) \(pass x.toarray\(\)"):
+            call()
+    assert A.entropy(M).tolist() == pytest.approx([np.log(3)] * 3)

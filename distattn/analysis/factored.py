@@ -25,6 +25,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+import scipy.sparse as sp
 
 from distattn.memory import check_memory
 
@@ -33,6 +34,9 @@ __all__ = ["FactoredMatrix", "as_factored", "to_numpy"]
 
 def to_numpy(x, dtype=np.float64) -> np.ndarray:
     """A numpy copy/view of an array-like or (CPU or GPU, grad or not) torch tensor."""
+    if sp.issparse(x):   # np.asarray would fail with "setting an array element with a sequence"
+        raise TypeError(f"expected a dense array or torch tensor; got a scipy.sparse matrix of shape {x.shape} "
+                        f"(pass x.toarray() if it is small enough to be dense)")
     if hasattr(x, "detach") and hasattr(x, "cpu"):
         x = x.detach().cpu()
         if str(getattr(x, "dtype", "")) in ("torch.bfloat16", "torch.float16"):

@@ -13,6 +13,8 @@ import numbers
 import numpy as np
 from scipy.special import xlogy
 
+from distattn.analysis.factored import to_numpy
+
 __all__ = ["entropy", "cross_entropy", "kl_divergence", "perplexity", "perplexity_from_nll",
            "dot_product_variance"]
 
@@ -26,7 +28,7 @@ def _log_base(base) -> float:
 
 
 def _distribution(p, name: str, axis: int, atol: float = 1e-6) -> np.ndarray:
-    p = np.asarray(p, dtype=np.float64)
+    p = to_numpy(p)
     if p.ndim == 0:
         raise ValueError(f"{name} must be a probability vector (or an array of them along axis), got a scalar")
     if not np.all(np.isfinite(p)):
