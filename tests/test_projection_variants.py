@@ -134,6 +134,26 @@ def test_position_matrix_shape_is_checked(with_the):
         positional_context_matrix([0, 1, 2], S, np.zeros((3, 7)))
 
 
+def test_position_inputs_refuse_nan_and_a_1d_distribution(with_the):
+    """A NaN in P, in the basis or in the distributions once gave NaN blocks without a word, and a
+    1-D distributions array gave a (1,)-shaped 'position matrix'."""
+    S, encode = with_the
+    V = S.shape[0]
+    nan_pi = np.full((3, V), np.nan)
+    with pytest.raises(ValueError, match="position_matrix contains NaN or inf"):
+        positional_context_matrix([0, 1, 2], S, nan_pi)
+    with pytest.raises(ValueError, match="position_matrix contains NaN or inf"):
+        positional_context_matrix([0, 1, 2], S, sp.csr_array(nan_pi))
+    with pytest.raises(ValueError, match="basis contains NaN or inf"):
+        sinusoidal_position_matrix(3, np.full((V, 2), np.nan))
+    with pytest.raises(ValueError, match="distributions contain NaN or inf"):
+        corpus_position_matrix(nan_pi, 2)
+    with pytest.raises(ValueError, match="distributions contain NaN or inf"):
+        CorpusPositional(S, nan_pi)
+    with pytest.raises(ValueError, match=r"distributions must be 2-D \(max_length, vocab_size\); got shape \(8,\)"):
+        corpus_position_matrix(np.full(V, 1 / V), 1)
+
+
 # --------------------------------------------------------------------------- asymmetric
 
 def directional_corpus(n_pairs=6, n_docs=300, seed=0):
