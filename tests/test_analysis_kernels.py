@@ -217,3 +217,16 @@ def test_head_agreement_and_rollout_refuse_ragged_or_empty_stacks():
         head_agreement([np.stack([T[None], T[None]]), T[None, None]], [T, T])
     with pytest.raises(ValueError, match="attentions is empty"):
         attention_rollout([])
+
+
+def test_a_predictor_named_like_a_baseline_is_refused():
+    """{"uniform": ...} or {"previous_token": ...} once came back as the baseline's scores, the
+    caller's predictor silently dropped."""
+    T = [np.full((4, 4), 0.25)]
+    P = [np.eye(4)]
+    for name in ("uniform", "previous_token"):
+        with pytest.raises(ValueError, match=rf"predictor names \['{name}'\] are reserved for the baselines"):
+            attention_agreement(T, {name: P})
+        with pytest.raises(ValueError, match="reserved for the baselines"):
+            head_agreement([np.full((1, 1, 4, 4), 0.25)], {name: P})
+    assert set(attention_agreement(T, {"mine": P})) == {"mine", "uniform", "previous_token"}

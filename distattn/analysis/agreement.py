@@ -257,6 +257,9 @@ def _baseline(name: str, R: int, causal: bool, diagonal: str) -> np.ndarray:
 def _prepare_all(targets, predictions: dict, causal: bool, diagonal: str):
     """Targets (list of (R_s, R_s)) and every prediction list plus the baselines, each matrix
     prepared once: ``(masks, target_rows, {name: prediction_rows})``."""
+    taken = [name for name in predictions if name in BASELINES]
+    if taken:                              # the baseline would silently replace the caller's predictor
+        raise ValueError(f"predictor names {taken} are reserved for the baselines {BASELINES}; rename them")
     masks, T_rows = [], []
     for t in targets:
         t = to_numpy(t)
