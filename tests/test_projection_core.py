@@ -355,3 +355,15 @@ def test_given_weights_are_checked(S):
     W = np.arange(9.0).reshape(3, 3)
     np.testing.assert_allclose(vocabulary_evidence(ids, S, weights=sp.csr_array(W)),   # once "setting an array
                                vocabulary_evidence(ids, S, weights=W))                  # element with a sequence"
+
+
+def test_sparse_input_to_row_normalize_and_softmax_rows_is_memory_checked(monkeypatch):
+    """Both densify a sparse input (softmax of a zero is not zero): a whole vocab x vocab S once went
+    straight to .toarray() with no estimate."""
+    from distattn.memory import MemoryBudgetError
+    big = sp.eye_array(2000, format="csr")          # 32 MB dense
+    monkeypatch.setenv("DISTATTN_MAX_MEMORY", "4M")
+    for fn in (row_normalize, softmax_rows):
+        with pytest.raises(MemoryBudgetError, match=r"sparse \(2000, 2000\) matrix \(dense result\)"):
+            fn(big)
+    np.testing.assert_allclose(row_normalize(sp.eye_array(3, format="csr")), np.eye(3))   # small ones still work

@@ -138,6 +138,8 @@ def row_normalize(weights, *, zero_rows: str = "uniform") -> np.ndarray:
         :func:`softmax_rows`), non-finite entries, or an unknown ``zero_rows``.
     """
     _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)
+    if sp.issparse(weights):      # the result is dense: e.g. a whole vocab x vocab S would be
+        check_memory(16.0 * np.prod(weights.shape), f"row_normalize of a sparse {weights.shape} matrix (dense result)")
     W = weights.toarray() if sp.issparse(weights) else np.array(weights, dtype=np.float64)
     W = W.astype(np.float64, copy=False)
     if W.ndim < 2:
@@ -174,6 +176,8 @@ def softmax_rows(scores, *, temperature: float = 1.0) -> np.ndarray:
     ndarray of float64, same shape; each row sums to 1.
     """
     temperature = _checks.positive_float(temperature, "temperature")
+    if sp.issparse(scores):
+        check_memory(16.0 * np.prod(scores.shape), f"softmax_rows of a sparse {scores.shape} matrix (dense result)")
     x = scores.toarray() if sp.issparse(scores) else np.asarray(scores, dtype=np.float64)
     if x.ndim < 1 or x.shape[-1] == 0:
         raise ValueError(f"scores must have shape (..., cols) with at least one column; got shape {x.shape}")
