@@ -204,3 +204,13 @@ def test_graph_helpers_refuse_impossible_parameters():
         previous_token_attention(0)                                   # once an IndexError
     with pytest.raises(ValueError, match="length must be an integer >= 1"):
         allowed_keys(-1)
+
+
+def test_residual_attention_refuses_nan_and_negative_weights():
+    from distattn.analysis import residual_attention
+    with pytest.raises(ValueError, match="attention weights must be finite and non-negative"):
+        residual_attention(np.full((3, 3), np.nan))                        # once a NaN matrix
+    with pytest.raises(ValueError, match="attention weights must be finite and non-negative"):
+        residual_attention(np.array([[1.5, -0.5], [0.5, 0.5]]))            # once "normalised" rows with a negative
+    with pytest.raises(ValueError, match=r"residual must lie in \[0, 1\], got '0.5'"):
+        residual_attention(np.eye(2), residual="0.5")                       # once a TypeError from '<='

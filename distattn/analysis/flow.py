@@ -53,8 +53,10 @@ def residual_attention(attention, residual: float = 0.5) -> np.ndarray:
     A = to_numpy(attention)
     if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
         raise ValueError(f"attention must have shape (..., R, R), got {A.shape}")
-    if not 0.0 <= residual <= 1.0:
+    if isinstance(residual, bool) or not isinstance(residual, numbers.Real) or not 0.0 <= residual <= 1.0:
         raise ValueError(f"residual must lie in [0, 1], got {residual!r}")
+    if not np.all(np.isfinite(A)) or np.any(A < 0):
+        raise ValueError("attention weights must be finite and non-negative")
     out = (1.0 - residual) * A + residual * np.eye(A.shape[-1])
     sums = out.sum(axis=-1, keepdims=True)
     if np.any(sums <= 0):
