@@ -356,3 +356,18 @@ def test_dense_only_analyses_name_a_sparse_input():
         with pytest.raises(TypeError, match=r"got a scipy.sparse matrix of shape \(3, 3\) \(pass x.toarray\(\)"):
             call()
     assert A.entropy(M).tolist() == pytest.approx([np.log(3)] * 3)
+
+
+def test_top_singular_vectors_and_subspace_alignment_check_the_matrix():
+    from distattn.analysis import top_singular_vectors
+    X = np.random.default_rng(2).standard_normal((5, 4))
+    bad = X.copy()
+    bad[1, 1] = np.nan
+    for arg in (bad, sp.csr_array(bad)):
+        with pytest.raises(ValueError, match="X contains NaN or inf"):
+            top_singular_vectors(arg, 3)                    # once LinAlgError "SVD did not converge"
+        with pytest.raises(ValueError, match="X contains NaN or inf"):
+            subspace_alignment(arg, X, 3)
+    with pytest.raises(ValueError, match=r"X must be 2-D, got shape \(4,\)"):
+        top_singular_vectors(X[0], 1)                       # once "not enough values to unpack"
+    assert top_singular_vectors(X, 2).shape == (5, 2)

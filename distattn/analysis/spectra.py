@@ -333,6 +333,10 @@ def top_singular_vectors(X, k: int, side: str = "left", *, algorithm: str = "ran
         k = _check_k(k, len(s))
         return u[:, :k] if side == "left" else vt[:k].T
     A = sp.csr_array(X, dtype=np.float64) if sp.issparse(X) else to_numpy(X)
+    if A.ndim != 2:
+        raise ValueError(f"X must be 2-D, got shape {A.shape}")
+    if not np.all(np.isfinite(A.data if sp.issparse(A) else A)):
+        raise ValueError("X contains NaN or inf")               # else LAPACK's "SVD did not converge"
     k = _check_k(k, min(A.shape))
     if algorithm == "dense" or k >= min(A.shape) - 1:
         check_memory(8 * 2 * A.shape[0] * A.shape[1], f"a dense SVD of a {A.shape} matrix")
