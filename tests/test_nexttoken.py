@@ -370,3 +370,20 @@ def test_prediction_targets_take_lists_and_mark_every_negative_id_oov():
     assert t.tolist() == [-1, 2, -2, 5, -2] and scored.tolist() == [False, True, False, True, False]
     t2, _ = prediction_targets(RaggedIds.from_sequences([[0, -3, 2], [4, 5]]))
     assert t2.tolist() == t.tolist()
+
+
+def test_evaluation_options_give_clear_errors():
+    """Each once failed with a bare Python error: "'int' object is not iterable", "not enough values
+    to unpack", "ufunc 'isfinite' not supported for the input types"."""
+    S = np.array([[0.0, 2.0, 1.0], [2.0, 0.0, 3.0], [1.0, 3.0, 0.0]])
+    model = ProjectionPredictor().fit(S)
+    docs = [np.array([0, 1, 2, 1])]
+    with pytest.raises(ValueError, match=r"top_k must be a tuple of integers >= 1, e.g. \(1, 10\) or \(5,\); got 5"):
+        evaluate_next_token(model, docs, top_k=5)
+    assert evaluate_next_token(model, docs, top_k=[1, 2]).top_k_accuracy.keys() == {1, 2}
+    for bounds in ((1.0,), (1.0, 2.0, 3.0), 10.0):
+        with pytest.raises(ValueError, match="bounds must be \\(low, high\\) with 0 < low < high"):
+            fit_temperature(model, docs, bounds=bounds)
+    for smoothing in (None, "1"):
+        with pytest.raises(ValueError, match="smoothing must be a finite real number >= 0"):
+            unigram_prior(docs, 3, smoothing=smoothing)

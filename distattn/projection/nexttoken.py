@@ -36,6 +36,8 @@ Conventions
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -105,7 +107,8 @@ def unigram_prior(documents, vocab_size: int, *, smoothing: float = 1.0, unk_id:
     """Add-δ unigram probabilities ``(count(v) + δ) / (N + δ·vocab_size)`` from training
     documents (OOV tokens not counted). Shape (vocab_size,), sums to 1, all > 0 when δ > 0."""
     vocab_size = _checks.positive_int(vocab_size, "vocab_size")
-    if isinstance(smoothing, bool) or not np.isfinite(smoothing) or smoothing < 0:
+    if (isinstance(smoothing, bool) or not isinstance(smoothing, numbers.Real) or not np.isfinite(smoothing)
+            or smoothing < 0):
         raise ValueError(f"smoothing must be a finite real number >= 0; got {smoothing!r}")
     docs = _checks.documents(documents, vocab_size, unk_id=unk_id)
     counts = np.bincount(docs.ids[docs.ids >= 0], minlength=vocab_size).astype(np.float64) + smoothing
@@ -240,6 +243,8 @@ def evaluate_next_token(model, documents, *, vocab_size: int | None = None, temp
     unk_id = getattr(model, "unk_id", None) if unk_id is None else unk_id
     temperature = _checks.positive_float(temperature, "temperature")
     prior = _checks.prior(prior, prior_weight, V)
+    if isinstance(top_k, (numbers.Number, str)) or not isinstance(top_k, Iterable):
+        raise ValueError(f"top_k must be a tuple of integers >= 1, e.g. (1, 10) or (5,); got {top_k!r}")
     top_k = tuple(_checks.positive_int(k, "top_k entry") for k in top_k)
     docs = _limit(_checks.documents(documents, V, unk_id=unk_id), max_predictions)
     targets, scored = prediction_targets(docs)
@@ -274,6 +279,8 @@ def fit_temperature(model, documents, *, vocab_size: int | None = None, bounds=(
     tolerance on ``log τ`` (0.01: 1 % in τ). Use the result as
     ``evaluate_next_token(..., temperature=τ)``.
     """
+    if isinstance(bounds, str) or not isinstance(bounds, Iterable) or len(bounds := tuple(bounds)) != 2:
+        raise ValueError(f"bounds must be (low, high) with 0 < low < high; got {bounds!r}")
     lo, hi = (_checks.positive_float(b, "bounds entry") for b in bounds)
     if not lo < hi:
         raise ValueError(f"bounds must be (low, high) with 0 < low < high; got {bounds!r}")
