@@ -234,6 +234,12 @@ def test_attention_weights_known_mask_equals_dropping(S):
     np.testing.assert_allclose(A[np.ix_([0, 2], [0, 2])], softmax_rows(context_matrix([3, 7], S)))
 
 
+
+@pytest.mark.parametrize("normalization", ["none", "row", "softmax"])
+def test_attention_weights_with_no_known_position_is_all_zero(normalization):
+    # an all-OOV sequence: "softmax" failed with numpy's "zero-size array to reduction operation"
+    A = attention_weights(np.ones((2, 2)), normalization, known=np.zeros(2, dtype=bool))
+    assert A.shape == (2, 2) and not A.any()
 # --------------------------------------------------------------------------- torch path (CPU here; CUDA if present)
 
 @pytest.mark.parametrize("normalization", ["none", "row", "softmax"])

@@ -229,6 +229,8 @@ def attention_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: 
         return softmax_rows(M, temperature=attention_temperature)
     idx = np.flatnonzero(known)
     out = np.zeros_like(M)
+    if idx.size == 0:                  # no known position: nothing to normalise (the softmax of no column failed)
+        return out
     out[np.ix_(idx, idx)] = attention_weights(M[np.ix_(idx, idx)], normalization, zero_rows=zero_rows,
                                               attention_temperature=attention_temperature)
     return out
