@@ -214,3 +214,18 @@ def test_residual_attention_refuses_nan_and_negative_weights():
         residual_attention(np.array([[1.5, -0.5], [0.5, 0.5]]))            # once "normalised" rows with a negative
     with pytest.raises(ValueError, match=r"residual must lie in \[0, 1\], got '0.5'"):
         residual_attention(np.eye(2), residual="0.5")                       # once a TypeError from '<='
+
+
+def test_graph_and_ppmi_helpers_refuse_mismatched_labels_and_nan():
+    A = np.full((3, 3), 1 / 3)
+    with pytest.raises(ValueError, match="tokens has 2 labels but the attention has 3 positions"):
+        graph_metrics(A, tokens=["a", "b"])                               # once returned the short list
+    P = _bank_ppmi()
+    with pytest.raises(ValueError, match=f"words has 3 entries but ppmi has {P.shape[0]} rows"):
+        word_neighbourhood(P, 0, words=WORDS[:3])                          # once an IndexError
+    bad = P.copy()
+    bad.data[0] = np.nan
+    with pytest.raises(ValueError, match="ppmi contains NaN or inf"):
+        word_neighbourhood(bad, "bank", words=WORDS)                       # once silently fewer neighbours
+    with pytest.raises(ValueError, match="1.0 is not an integer id"):
+        word_neighbourhood(P, 1.0)                                         # once "1.0 is a string"

@@ -110,6 +110,12 @@ def test_identical_attention_agrees_perfectly():
     assert s.top1 == 1.0 and s.n_rows == 6 and s.n_skipped == 0
 
 
+
+@pytest.mark.parametrize("tol", [-1e-9, float("nan"), "0"])
+def test_agreement_refuses_a_tie_tolerance_that_is_not_a_non_negative_number(tol):
+    A = _rows(6)
+    with pytest.raises(ValueError, match="tie_atol must be a finite real number >= 0"):
+        agreement_scores(A, A, tie_atol=tol)              # a negative or NaN one made every top-1 score 0
 def test_js_divergence_bounds_and_value():
     assert js_divergence([1.0, 0.0], [0.0, 1.0]) == pytest.approx(1.0)
     P, Q = np.array([0.5, 0.5]), np.array([0.9, 0.1])

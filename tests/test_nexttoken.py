@@ -387,3 +387,28 @@ def test_evaluation_options_give_clear_errors():
     for smoothing in (None, "1"):
         with pytest.raises(ValueError, match="smoothing must be a finite real number >= 0"):
             unigram_prior(docs, 3, smoothing=smoothing)
+
+
+def test_prediction_targets_read_a_tuple_as_ids_and_offsets():
+    ids, offsets = np.array([1, 2, 3, 4]), np.array([0, 2, 4])
+    targets, scored = prediction_targets((ids, offsets))      # once read as two documents of two ids each
+    assert targets.tolist() == [2, -2, 4, -2] and scored.tolist() == [True, False, True, False]
+    targets3, _ = prediction_targets((np.array([1, 2, 3]), np.array([0, 3])))
+    assert targets3.tolist() == [2, 3, -2]                    # one document of three, not two "documents"
+    with pytest.raises(TypeError, match=r"a tuple docs must be \(ids, offsets\)"):
+        prediction_targets((ids, offsets, offsets))
+
+
+def test_projection_predictor_checks_parameters_set_after_fit(S, docs):
+    model = ProjectionPredictor().fit(S)
+    for bad in (0, -1.0, float("nan")):
+        model.set_params(temperature=bad)                     # 0 gave NaN, -1 an inverted distribution
+        with pytest.raises(ValueError, match="temperature must be a finite real number > 0"):
+            model.predict_proba(docs)
+        with pytest.raises(ValueError, match="temperature must be a finite real number > 0"):
+            evaluate_next_token(model, docs)
+    model.set_params(temperature=1.0, normalization="rows")
+    with pytest.raises(ValueError, match="normalization"):
+        model.next_token_logits(docs[0])
+    with pytest.raises(ValueError, match="vocabulary must be None, a vocabulary size"):
+        ProjectionPredictor(vocabulary=7.0).fit(S)             # once "float has no len()"

@@ -32,6 +32,7 @@ attention (all mass on key i-1; row 0 on itself, or uniform when the diagonal is
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -152,6 +153,9 @@ def _top1(P, Q, mask, atol) -> np.ndarray:
 
 
 def _compare(target: _Rows, prediction: _Rows, mask, tie_atol: float) -> dict:
+    if (isinstance(tie_atol, bool) or not isinstance(tie_atol, numbers.Real) or not np.isfinite(tie_atol)
+            or tie_atol < 0):       # a negative or NaN tolerance made every top-1 score 0
+        raise ValueError(f"tie_atol must be a finite real number >= 0; got {tie_atol!r}")
     R = mask.shape[0]
     compared = target.has_mass & mask.any(axis=1)
     fallback = compared & ~prediction.has_mass

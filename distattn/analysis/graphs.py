@@ -110,8 +110,11 @@ def spectral_gap(attention) -> float:
 def graph_metrics(attention, tokens=None, damping: float = 0.85) -> dict:
     """All four sequence-level metrics: ``pagerank``, ``in_degree``, ``row_entropy`` (arrays of
     length R), ``spectral_gap`` (float), plus ``tokens``."""
+    rank = pagerank(attention, damping)
+    if tokens is not None and len(tokens) != rank.size:   # as attention_graph: one label per position
+        raise ValueError(f"tokens has {len(tokens)} labels but the attention has {rank.size} positions")
     return {"tokens": None if tokens is None else [str(t) for t in tokens],
-            "pagerank": pagerank(attention, damping), "in_degree": in_degree(attention),
+            "pagerank": rank, "in_degree": in_degree(attention),
             "row_entropy": row_entropy(attention), "spectral_gap": spectral_gap(attention)}
 
 
@@ -155,7 +158,7 @@ def _word_index(word, words) -> int:
     if isinstance(word, (numbers.Integral, np.integer)) and not isinstance(word, bool):
         return int(word)
     if words is None:
-        raise ValueError(f"word {word!r} is a string, so words (the id -> word list) is needed")
+        raise ValueError(f"word {word!r} is not an integer id, so words (the id -> word list) is needed")
     try:
         return list(words).index(word)
     except ValueError:
@@ -176,6 +179,10 @@ def word_neighbourhood(ppmi, word, k: int = 30, words=None, *, include_word: boo
     P = sp.csr_array(ppmi, dtype=np.float64)
     if P.ndim != 2 or P.shape[0] != P.shape[1]:
         raise ValueError(f"ppmi must be square (vocab, vocab), got shape {P.shape}")
+    if not np.all(np.isfinite(P.data)):          # NaN is not > 0, so it silently dropped neighbours
+        raise ValueError("ppmi contains NaN or inf")
+    if words is not None and len(words) != P.shape[0]:
+        raise ValueError(f"words has {len(words)} entries but ppmi has {P.shape[0]} rows (one word per id)")
     c = _word_index(word, words)
     if not 0 <= c < P.shape[0]:
         raise ValueError(f"word id {c} is out of range for a vocabulary of {P.shape[0]}")

@@ -90,9 +90,14 @@ def prediction_targets(docs) -> tuple[np.ndarray, np.ndarray]:
     """For flat token index t: ``target[t] = ids[t+1]`` when t+1 is in the same document
     (else -2), and whether that target is in vocabulary.
 
-    ``docs``: a :class:`~distattn.corpus.RaggedIds` or a list of id sequences; negative ids are
-    out of vocabulary. Returns ``(targets, scored)``; ``targets == -1`` marks OOV targets."""
-    if not (hasattr(docs, "ids") and hasattr(docs, "offsets")):
+    ``docs``: a :class:`~distattn.corpus.RaggedIds`, an ``(ids, offsets)`` tuple or a list of id
+    sequences; negative ids are out of vocabulary. Returns ``(targets, scored)``; ``targets == -1`` marks OOV targets."""
+    if isinstance(docs, tuple):          # as everywhere else: a tuple is (ids, offsets), not two documents
+        if len(docs) != 2:
+            raise TypeError(f"a tuple docs must be (ids, offsets); got a tuple of length {len(docs)} "
+                            f"(pass several documents as a list)")
+        docs = RaggedIds(np.asarray(docs[0]), np.asarray(docs[1]))
+    elif not (hasattr(docs, "ids") and hasattr(docs, "offsets")):
         docs = RaggedIds.from_sequences(docs)
     n = docs.n_tokens
     targets = np.full(n, -2, dtype=np.int64)

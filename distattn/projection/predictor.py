@@ -69,12 +69,16 @@ class ProjectionPredictor(BaseEstimator):
     # ------------------------------------------------------------------ fitting
     def fit(self, cooc, y=None) -> "ProjectionPredictor":
         """Validate the parameters and store S (any scipy sparse matrix or array-like)."""
-        _checks.choice(self.normalization, "normalization", NORMALIZATIONS)
-        _checks.choice(self.zero_rows, "zero_rows", ZERO_ROW_POLICIES)
-        _checks.positive_float(self.temperature, "temperature")
-        _checks.positive_float(self.attention_temperature, "attention_temperature")
-        expected = None if self.vocabulary is None else (
-            self.vocabulary if isinstance(self.vocabulary, (int, np.integer)) else len(self.vocabulary))
+        self._check_params()
+        if self.vocabulary is None:
+            expected = None
+        elif isinstance(self.vocabulary, (int, np.integer)) and not isinstance(self.vocabulary, bool):
+            expected = int(self.vocabulary)
+        elif hasattr(self.vocabulary, "__len__") and not isinstance(self.vocabulary, (str, bytes)):
+            expected = len(self.vocabulary)
+        else:
+            raise ValueError(f"vocabulary must be None, a vocabulary size (int) or a sized vocabulary "
+                             f"(e.g. a Vocabulary or a list of words); got {self.vocabulary!r}")
         S = _checks.cooc_matrix(cooc, vocab_size=expected)
         _checks._check_unk_id(self.unk_id, S.shape[0])
         self.cooc_ = S
@@ -82,12 +86,24 @@ class ProjectionPredictor(BaseEstimator):
         self._causal_plan = None  # the fused kernel's per-S tables, built on first use
         return self
 
-    def _ids(self, token_ids) -> np.ndarray:
+    def _check_params(self) -> None:
+        """The hyperparameters, checked at fit and again at every use (``set_params`` after fit
+        must not give NaN or an inverted distribution)."""
+        _checks.choice(self.normalization, "normalization", NORMALIZATIONS)
+        _checks.choice(self.zero_rows, "zero_rows", ZERO_ROW_POLICIES)
+        _checks.positive_float(self.temperature, "temperature")
+        _checks.positive_float(self.attention_temperature, "attention_temperature")
+
+    def _fitted(self) -> None:
         check_is_fitted(self, "cooc_")
+        self._check_params()
+
+    def _ids(self, token_ids) -> np.ndarray:
+        self._fitted()
         return _checks.token_ids(token_ids, self.vocab_size_, unk_id=self.unk_id)
 
     def _docs(self, documents):
-        check_is_fitted(self, "cooc_")
+        self._fitted()
         return _checks.documents(documents, self.vocab_size_, unk_id=self.unk_id)
 
     def _attention(self, ids: np.ndarray) -> np.ndarray:
@@ -151,7 +167,7 @@ class ProjectionPredictor(BaseEstimator):
         uniform distribution). Shape (length, vocab_size), a numpy array (a torch tensor on
         ``device`` when one is set).
         """
-        check_is_fitted(self, "cooc_")
+        self._fitted()
         ids = _checks.token_ids(token_ids, self.vocab_size_, unk_id=self.unk_id, require_known=False)
         known = ids >= 0
         row = np.cumsum(known) - 1               # the prefix row each position uses
@@ -181,7 +197,6 @@ class ProjectionPredictor(BaseEstimator):
         :func:`~distattn.projection.causal.causal_scores`) for the logits
         ``next_token_logits / temperature``, or ``NotImplemented`` when no fused path applies.
         """
-        check_is_fitted(self, "cooc_")
         docs = self._docs(documents)
         tau = self.temperature * _checks.positive_float(temperature, "temperature")
         if self.device is not None:
