@@ -14,7 +14,14 @@ def available_memory() -> int:
     suffix), else 80 % of MemAvailable from /proc/meminfo, else 80 % of physical memory."""
     env = os.environ.get("DISTATTN_MAX_MEMORY")
     if env:
-        return parse_bytes(env)
+        try:
+            limit = parse_bytes(env)
+        except (ValueError, OverflowError):
+            limit = -1
+        if limit < 0:
+            raise ValueError(f"DISTATTN_MAX_MEMORY={env!r} is invalid; allowed: a number of bytes >= 0, "
+                             "optionally with a K, M, G or T suffix (e.g. 8G)")
+        return limit
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:

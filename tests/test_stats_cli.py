@@ -117,3 +117,19 @@ def test_a_failed_count_removes_the_out_dir_it_made_and_small_vocabularies_are_s
     assert "warning: the co-occurrence matrix is empty" in err and "warning: wordsim353 not scored" in err
     summary = json.loads(out)
     assert "error" in summary["similarity"]["wordsim353"] and (tmp_path / "o" / "cooc.npz").exists()
+
+
+@pytest.mark.parametrize("value", ["lots", "inf", "-5"])
+def test_a_bad_max_memory_setting_is_named(capsys, tmp_path, monkeypatch, value):
+    """DISTATTN_MAX_MEMORY=lots once ended with "could not convert string to float: 'LOTS'"
+    (inf: an OverflowError traceback; -5: every step refused as needing more than -5 B)."""
+    (tmp_path / "c.txt").write_text("a b c a b\nb c a\n")
+    monkeypatch.setenv("DISTATTN_MAX_MEMORY", value)
+    code, out, err = run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--no-cache",
+                              "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == (f"error: DISTATTN_MAX_MEMORY={value!r} is invalid; allowed: a number of bytes >= 0, "
+                           "optionally with a K, M, G or T suffix (e.g. 8G)"), err
+    assert not (tmp_path / "o").exists()
+    monkeypatch.setenv("DISTATTN_MAX_MEMORY", "8G")
+    assert run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--no-cache"], capsys)[0] == 0
