@@ -31,7 +31,7 @@ from distattn.analysis import (attention_agreement, attention_flow, attention_gr
                                rbf_kernel, sense_communities, top_frequent_ids, write_graphml)
 from distattn.analysis.sources import build_model, corpus_statistics
 from distattn.atomic import write_json
-from distattn.cli import non_negative_int, positive_int, run_script
+from distattn.cli import non_negative_int, output_dir, positive_int, run_script
 from distattn.projection import context_matrix, row_normalize
 from distattn.stats import SVDEmbeddings
 
@@ -55,7 +55,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--diagonal", choices=["keep", "drop"], default="keep",
                    help="compare attention to the query's own position or not")
     p.add_argument("--word", default="bank", help="word whose PPMI neighbourhood is split into senses")
-    p.add_argument("--out", default="out/attention_vs_ppmi")
+    p.add_argument("--out", type=output_dir, default="out/attention_vs_ppmi")
     return p
 
 

@@ -107,7 +107,7 @@ def load_data(args, log):
     return data
 
 
-from distattn.cli import run_script  # noqa: E402
+from distattn.cli import output_file, run_script  # noqa: E402
 from distattn.projection.device_scorers import Asymmetric, DeviceNgram, MultiHead, Positional, Symmetric  # noqa: E402
 
 
@@ -164,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-rows", action="store_true", help="print the row keys and exit")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", default=None, help="directory holding aclImdb_v1.tar.gz (else DISTATTN_DATA_DIR)")
-    p.add_argument("--json", default=None, help="write the table and settings to this JSON file")
+    p.add_argument("--json", type=output_file, default=None, help="write the table and settings to this JSON file")
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes for a smoke test: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
     return p

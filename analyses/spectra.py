@@ -21,7 +21,7 @@ from pathlib import Path
 from distattn.analysis import circuit_spectra, spectrum, spectrum_summary, subspace_alignment
 from distattn.analysis.sources import build_model, corpus_statistics
 from distattn.atomic import write_json
-from distattn.cli import non_negative_int, positive_int, run_script
+from distattn.cli import non_negative_int, output_dir, positive_int, run_script
 from distattn.stats import SVDEmbeddings
 
 
@@ -42,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--heads", type=positive_int, default=4)
     p.add_argument("--layers", type=positive_int, default=2)
     p.add_argument("--seed", type=non_negative_int, default=0)
-    p.add_argument("--out", default="out/spectra", help="directory for spectra.json and spectra.png")
+    p.add_argument("--out", type=output_dir, default="out/spectra", help="directory for spectra.json and spectra.png")
     return p
 
 

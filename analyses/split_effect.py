@@ -22,7 +22,7 @@ import numpy as np
 from scipy import sparse
 from sklearn.linear_model import LogisticRegression
 
-from distattn.cli import run_script
+from distattn.cli import output_file, run_script
 from distattn.corpus import RegexTokenizer, SeedLiteralTokenizer, get_corpus, tokenize_corpus
 
 TOKENIZERS = {"toolkit": RegexTokenizer, "seed-literal": SeedLiteralTokenizer}
@@ -68,7 +68,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=42, help="seed of the random splits")
     ap.add_argument("--limit-docs", type=int, default=None, help="a random subset of the 50k reviews (quick checks)")
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--json", default=None, help="also write the table here")
+    ap.add_argument("--json", type=output_file, default=None, help="also write the table here")
     args = ap.parse_args(argv)
     if args.max_len < 1 or args.vocab_size < 3:
         ap.error(f"--max-len must be >= 1 and --vocab-size >= 3; got {args.max_len}, {args.vocab_size}")

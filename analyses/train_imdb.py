@@ -19,7 +19,7 @@ import json
 import sys
 
 from distattn.atomic import write_json
-from distattn.cli import non_negative_int, positive_int, run_script
+from distattn.cli import non_negative_int, output_dir, positive_int, run_script
 from distattn.corpus import get_corpus, tokenize_corpus
 from distattn.models import (POSITIONAL, LMConfig, MaskedLM, MaskedLMConfig, TransformerClassifier, TransformerLM,
                              seed_classifier_config)
@@ -31,7 +31,7 @@ from distattn.train.recipes import classifier_from_lm, finetune_config, lm_train
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("seed", "lm", "mlm"))
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", type=output_dir, required=True)
     ap.add_argument("--epochs", type=positive_int, default=None)
     ap.add_argument("--layers", type=positive_int, default=4)
     ap.add_argument("--d-model", type=positive_int, default=512)

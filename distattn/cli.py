@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Callable
 
-__all__ = ["USER_ERRORS", "run_script", "positive_int", "non_negative_int"]
+__all__ = ["USER_ERRORS", "run_script", "positive_int", "non_negative_int", "output_dir", "output_file"]
 
 # What a wrong argument or a missing file raises in distattn (sklearn's InvalidParameterError is a ValueError).
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, MemoryError)
@@ -48,3 +48,38 @@ def _int_at_least(low: int, what: str):
 # argparse ``type=`` for counts and seeds: the message names the option, the value and what is allowed
 positive_int = _int_at_least(1, "an integer >= 1")
 non_negative_int = _int_at_least(0, "an integer >= 0")
+
+
+def _writable_parent(text: str, path) -> None:
+    """The nearest existing directory above ``path`` must be a writable directory."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise argparse.ArgumentTypeError(f"got {text!r}, but {str(parent)!r} is a file; allowed: a path "
+                                                 "whose existing parents are directories")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise argparse.ArgumentTypeError(f"got {text!r}, but {str(parent)!r} is not writable")
+            return
+
+
+# argparse ``type=`` for outputs: a path that cannot be written is refused before any work, not at the end
+def output_dir(text: str) -> str:
+    from pathlib import Path
+    path = Path(text).expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"got {text!r}, which is a file; allowed: a directory (created if missing)")
+    if path.is_dir():
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise argparse.ArgumentTypeError(f"got {text!r}, which is not writable")
+    else:
+        _writable_parent(text, path)
+    return text
+
+
+def output_file(text: str) -> str:
+    from pathlib import Path
+    path = Path(text).expanduser().absolute()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"got {text!r}, which is a directory; allowed: a file name")
+    _writable_parent(text, path)
+    return text

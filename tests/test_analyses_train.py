@@ -108,3 +108,25 @@ def test_bag_of_words_is_binary_and_drops_oov():
         tokens = RaggedIds.from_sequences([[0, 2, 2, -1], [], [1, 1]])
     X = mod.bag_of_words(Enc(), 3).toarray()
     assert X.tolist() == [[1, 0, 1], [0, 0, 0], [0, 1, 0]]
+
+
+@pytest.mark.parametrize("script, args, target", [
+    *[(s, a, t) for s, a in (("spectra.py", ["--out"]), ("attention_vs_ppmi.py", ["--out"]),
+                             ("train_imdb.py", ["seed", "--out"])) for t in ("file", "below_file")],
+    ("projection_vs_ngrams.py", ["--quick", "--json"], "below_file"),
+    ("split_effect.py", ["--limit-docs", "40", "--json"], "below_file")])
+def test_analyses_refuse_an_output_path_they_cannot_write_before_any_work(tmp_path, script, args, target):
+    """--out naming an existing file, or --out/--json below one, once ended with a FileExistsError
+    traceback, after the work (train_imdb: after training; split_effect: after the six fits)."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    path = blocker if target == "file" else blocker / "sub" / "t.json"
+    env = dict(os.environ, DISTATTN_DATA_DIR=str(tmp_path / "no-data"), DISTATTN_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, str(REPO / "analyses" / script), *args, str(path)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert f"error: argument {args[-1]}: got {str(path)!r}" in last, last
+    assert ("which is a file" if target == "file" else "is a file") in last, last
+    assert blocker.read_text() == "x" and not (tmp_path / "cache").exists()
