@@ -48,6 +48,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    for option, value, corpus in (("--path", args.path, "text"), ("--data-dir", args.data_dir, "imdb")):
+        if value is not None and args.corpus != corpus:     # once ignored: --path x.txt ran on the paper's toy S
+            parser().error(f"conflicting options: {option} is only used with --corpus {corpus}, "
+                           f"not --corpus {args.corpus}")
     stats = corpus_statistics(args.corpus, path=args.path, data_dir=args.data_dir, vocab_size=args.vocab_size,
                               window=args.window)
     n = len(stats.words)

@@ -81,3 +81,18 @@ def test_scripts_run_on_the_paper_corpus(name, outputs, tmp_path, capsys):
         senses = report["senses"]["co-occurrence"]["communities"]
         assert sorted(map(sorted, senses)) == [["flooded", "river", "shore"], ["loan", "money", "rely"]]
     assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["spectra", "attention_vs_ppmi"])
+@pytest.mark.parametrize("args, message", [
+    (["--path", "reviews.txt"], "conflicting options: --path is only used with --corpus text, not --corpus paper"),
+    (["--corpus", "text", "--path", "reviews.txt", "--data-dir", "d"],
+     "conflicting options: --data-dir is only used with --corpus imdb, not --corpus text")])
+def test_scripts_refuse_options_the_corpus_does_not_use(name, args, message, tmp_path, capsys):
+    """--path reviews.txt without --corpus text once ran silently on the paper's 7-word toy S."""
+    (tmp_path / "reviews.txt").write_text("the river bank flooded\nthe bank loan\n")
+    args = [str(tmp_path / a) if a == "reviews.txt" else a for a in args]
+    with pytest.raises(SystemExit) as exc:
+        _script(name).main([*args, "--out", str(tmp_path / "out")])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
