@@ -69,9 +69,15 @@ def main(argv=None) -> int:
         if value is not None and args.corpus != corpus:     # once ignored: --path x.txt ran on the paper's toy S
             parser().error(f"conflicting options: {option} is only used with --corpus {corpus}, "
                            f"not --corpus {args.corpus}")
+    for option, value in (("--max-len", args.max_len), ("--top-n", args.top_n)):
+        if value < 2:                                       # once "head_patterns is empty" / "word_ids must be ..."
+            parser().error(f"argument {option}: got {value}; allowed: an integer >= 2")
     out = Path(args.out)
     stats = corpus_statistics(args.corpus, path=args.path, data_dir=args.data_dir, vocab_size=args.vocab_size,
                               window=args.window, n_sequences=args.sequences, max_len=args.max_len)
+    if not any(len(s) >= 2 for s in stats.sequences):
+        raise ValueError(f"none of the first {len(stats.sequences)} documents has 2 or more tokens (--max-len "
+                         f"{args.max_len}); the attention views need sequences of at least 2 tokens")
     words, n = stats.words, len(stats.words)
     model = build_model(args.model, n, d_model=args.d_model, n_heads=args.heads, n_layers=args.layers,
                         random_state=args.seed)

@@ -96,3 +96,23 @@ def test_scripts_refuse_options_the_corpus_does_not_use(name, args, message, tmp
         _script(name).main([*args, "--out", str(tmp_path / "out")])
     assert exc.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-len", "1"], "argument --max-len: got 1; allowed: an integer >= 2"),
+    (["--top-n", "1"], "argument --top-n: got 1; allowed: an integer >= 2")])
+def test_attention_vs_ppmi_refuses_sizes_it_cannot_use(args, message, tmp_path, capsys):
+    """--max-len 1 once ended with 'error: head_patterns is empty', --top-n 1 with 'word_ids must be a
+    1-D integer array of at least 2 ids', after the statistics were built."""
+    with pytest.raises(SystemExit) as exc:
+        _script("attention_vs_ppmi").main([*args, "--out", str(tmp_path / "out")])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_attention_vs_ppmi_names_a_corpus_of_one_token_documents(tmp_path, capsys):
+    (tmp_path / "one.txt").write_text("river\nbank\nloan\n")
+    with pytest.raises(ValueError, match="none of the first 3 documents has 2 or more tokens"):
+        _script("attention_vs_ppmi").main(["--corpus", "text", "--path", str(tmp_path / "one.txt"),
+                                           "--out", str(tmp_path / "out")])
+    assert capsys.readouterr().out == "" and not (tmp_path / "out").exists()
