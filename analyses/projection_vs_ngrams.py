@@ -107,7 +107,7 @@ def load_data(args, log):
     return data
 
 
-from distattn.cli import output_file, run_script  # noqa: E402
+from distattn.cli import non_negative_int, output_file, positive_int, run_script  # noqa: E402
 from distattn.projection.device_scorers import Asymmetric, DeviceNgram, MultiHead, Positional, Symmetric  # noqa: E402
 
 
@@ -142,27 +142,27 @@ def max_logp_gap(a, b, docs, V) -> float:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="auto", help="torch device for the projection rows (auto: cuda if available)")
-    p.add_argument("--n-eval", type=int, default=2000, help="test reviews evaluated (fixed-seed sample)")
-    p.add_argument("--n-val", type=int, default=200, help="validation reviews from train (fit τ)")
-    p.add_argument("--max-len", type=int, default=256, help="first tokens of each evaluated review")
-    p.add_argument("--window", type=int, default=10, help="co-occurrence window (harmonic weighting)")
+    p.add_argument("--n-eval", type=positive_int, default=2000, help="test reviews evaluated (fixed-seed sample)")
+    p.add_argument("--n-val", type=positive_int, default=200, help="validation reviews from train (fit τ)")
+    p.add_argument("--max-len", type=positive_int, default=256, help="first tokens of each evaluated review")
+    p.add_argument("--window", type=positive_int, default=10, help="co-occurrence window (harmonic weighting)")
     p.add_argument("--weighting", default="harmonic", choices=["harmonic", "none"])
     p.add_argument("--cds", type=float, default=0.75, help="PPMI context-distribution smoothing")
-    p.add_argument("--vocab-size", type=int, default=30_000, help="vocabulary (regular words, no specials)")
-    p.add_argument("--stat-docs", type=int, default=None,
+    p.add_argument("--vocab-size", type=positive_int, default=30_000, help="vocabulary (regular words, no specials)")
+    p.add_argument("--stat-docs", type=positive_int, default=None,
                    help="limit the statistics to this many train+unsup reviews (default: all)")
-    p.add_argument("--d-k", type=int, default=128, help="rank of the directional factors W_Q, W_K")
-    p.add_argument("--heads", type=int, default=4, help="SVD heads")
-    p.add_argument("--head-rank", type=int, default=32, help="rank of each SVD head")
-    p.add_argument("--nmf-heads", type=int, default=4, help="NMF heads (0: no NMF row)")
-    p.add_argument("--nmf-rank", type=int, default=8, help="components per NMF head")
-    p.add_argument("--nmf-iter", type=int, default=40, help="NMF iterations (scikit-learn)")
+    p.add_argument("--d-k", type=positive_int, default=128, help="rank of the directional factors W_Q, W_K")
+    p.add_argument("--heads", type=positive_int, default=4, help="SVD heads")
+    p.add_argument("--head-rank", type=positive_int, default=32, help="rank of each SVD head")
+    p.add_argument("--nmf-heads", type=non_negative_int, default=4, help="NMF heads (0: no NMF row)")
+    p.add_argument("--nmf-rank", type=positive_int, default=8, help="components per NMF head")
+    p.add_argument("--nmf-iter", type=positive_int, default=40, help="NMF iterations (scikit-learn)")
     p.add_argument("--pos-scale", type=float, default=1.0, help="λ: P[r] = λ π_r")
     p.add_argument("--attention-temperature", type=float, default=1.0, help="τ_att of the softmax rows")
-    p.add_argument("--batch-positions", type=int, default=8192, help="positions per device batch")
+    p.add_argument("--batch-positions", type=positive_int, default=8192, help="positions per device batch")
     p.add_argument("--rows", default=None, help="comma-separated row keys to run (default: all); see --list-rows")
     p.add_argument("--list-rows", action="store_true", help="print the row keys and exit")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--data-dir", default=None, help="directory holding aclImdb_v1.tar.gz (else DISTATTN_DATA_DIR)")
     p.add_argument("--json", type=output_file, default=None, help="write the table and settings to this JSON file")
     p.add_argument("--quick", action="store_true",
@@ -190,6 +190,14 @@ ROWS = [
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    bad = [(o, v, allowed) for o, v, ok, allowed in (
+        ("--max-len", args.max_len, args.max_len >= 2, "an integer >= 2"),
+        ("--cds", args.cds, 0 < args.cds <= 1, "a real number in (0, 1]"),
+        ("--pos-scale", args.pos_scale, 0 < args.pos_scale < float("inf"), "a finite real number > 0"),
+        ("--attention-temperature", args.attention_temperature, 0 < args.attention_temperature < float("inf"),
+         "a finite real number > 0")) if not ok]
+    if bad:                          # refused before the data is read and before --json is written
+        build_parser().error(f"argument {bad[0][0]}: got {bad[0][1]}; allowed: {bad[0][2]}")
     if args.list_rows:
         for key, name in ROWS:
             print(f"{key:14s} {name}")

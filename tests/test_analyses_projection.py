@@ -63,3 +63,22 @@ def test_projection_vs_ngrams_quick(imdb_archive, tmp_path):
     # the batched torch scorers match the library's numpy functions and kernels
     assert result["checks"] and all(v < 1e-3 for v in result["checks"].values()), result["checks"]
     assert "lowest perplexity" in out and "OOV" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--n-eval", "0"], "argument --n-eval: got 0; allowed: an integer >= 1"),        # once perplexity nan, exit 0
+    (["--n-val", "-3"], "argument --n-val: got -3; allowed: an integer >= 1"),     # once "negative dimensions ..."
+    (["--max-len", "1"], "argument --max-len: got 1; allowed: an integer >= 2"),   # once "zero-size array ..."
+    (["--batch-positions", "0"], "argument --batch-positions: got 0; allowed: an integer >= 1"),
+    (["--nmf-heads", "-1"], "argument --nmf-heads: got -1; allowed: an integer >= 0"),
+    (["--seed", "-1"], "argument --seed: got -1; allowed: an integer >= 0"),
+    (["--cds", "nan"], "argument --cds: got nan; allowed: a real number in (0, 1]"),
+    (["--attention-temperature", "0"], "argument --attention-temperature: got 0.0; allowed: a finite real number > 0"),
+])
+def test_projection_vs_ngrams_refuses_bad_numbers_before_reading_data(tmp_path, args, message):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DISTATTN_DATA_DIR": str(tmp_path / "no-data"),
+           "DISTATTN_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, str(ANALYSES / "projection_vs_ngrams.py"), "--quick", "--json",
+                           str(tmp_path / "t.json"), *args], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
+    assert not (tmp_path / "t.json").exists() and not (tmp_path / "cache").exists()   # no partial table
