@@ -68,8 +68,9 @@ def select_documents(splits: np.ndarray, n_val: int, n_eval: int, stat_docs: int
     test = np.flatnonzero(splits == "test")
     pool = np.flatnonzero((splits == "train") | (splits == "unsup"))
     if n_val >= train.size or n_eval > test.size:
-        raise SystemExit(f"asked for {n_val} validation / {n_eval} test reviews; the corpus has "
-                         f"{train.size} train / {test.size} test reviews")
+        raise ValueError(f"asked for {n_val} validation / {n_eval} test reviews; the corpus has "
+                         f"{train.size} train / {test.size} test reviews (allowed: --n-val < {train.size}, "
+                         f"--n-eval <= {test.size})")
     val = np.sort(rng.choice(train, size=n_val, replace=False))
     stat = np.setdiff1d(pool, val)
     if stat_docs is not None and stat_docs < stat.size:
@@ -211,8 +212,9 @@ def main(argv=None) -> int:
             args.device = "cpu"
     wanted = [k for k, _ in ROWS] if args.rows is None else [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = set(wanted) - {k for k, _ in ROWS}
-    if unknown:
-        raise SystemExit(f"unknown rows {sorted(unknown)}; see --list-rows")
+    if unknown or not wanted:
+        raise ValueError(f"--rows {args.rows!r}: " + (f"unknown rows {sorted(unknown)}" if unknown else "no row")
+                         + f"; allowed: a comma-separated list of {', '.join(k for k, _ in ROWS)} (see --list-rows)")
     if args.nmf_heads == 0 and "mh_nmf" in wanted:
         wanted.remove("mh_nmf")
 

@@ -82,3 +82,28 @@ def test_projection_vs_ngrams_refuses_bad_numbers_before_reading_data(tmp_path, 
                            str(tmp_path / "t.json"), *args], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
     assert not (tmp_path / "t.json").exists() and not (tmp_path / "cache").exists()   # no partial table
+
+
+def test_projection_vs_ngrams_ends_unknown_rows_with_an_error_line_and_exit_2(tmp_path):
+    """--rows foo once raised SystemExit: 'unknown rows ['foo']; see --list-rows', exit code 1 and no
+    'error:' prefix; --rows , ran no row at all and exited 0."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DISTATTN_DATA_DIR": str(tmp_path / "no-data"),
+           "DISTATTN_CACHE_DIR": str(tmp_path / "cache")}
+    for rows, what in (("foo", "unknown rows ['foo']"), (",", "no row")):
+        proc = subprocess.run([sys.executable, str(ANALYSES / "projection_vs_ngrams.py"), "--quick", "--rows", rows],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert proc.stderr.strip().splitlines()[-1].startswith(f"error: --rows {rows!r}: {what}; allowed: "), proc.stderr
+
+
+@pytest.mark.imdb
+def test_projection_vs_ngrams_ends_too_many_reviews_with_an_error_line_and_exit_2(imdb_archive, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DISTATTN_DATA_DIR": str(imdb_archive.parent),
+           "DISTATTN_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, str(ANALYSES / "projection_vs_ngrams.py"), "--quick", "--n-eval", "999999",
+                           "--json", str(tmp_path / "t.json")], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]                           # once exit code 1, no "error:"
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: asked for 6 validation / 999999 test reviews; the corpus has 25000 train / 25000 test reviews "
+        "(allowed: --n-val < 25000, --n-eval <= 25000)")
+    assert not (tmp_path / "t.json").exists()
