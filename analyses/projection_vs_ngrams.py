@@ -229,7 +229,13 @@ def main(argv=None) -> int:
     from distattn.stats import cooccurrence, ppmi
 
     t_start = time.perf_counter()
-    device = resolve_device(args.device)
+    try:
+        device = resolve_device(args.device)
+    except RuntimeError:             # torch's own message lists every backend torch knows
+        raise ValueError(f"--device {args.device!r} is not a device; allowed: auto, cpu, cuda, cuda:N, mps") from None
+    if (device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count()) or (
+            device.type == "mps" and not torch.backends.mps.is_available()):
+        raise ValueError(f"--device {args.device!r} was requested but {device.type} is not available here")
     if args.quick and device.type == "cpu":
         torch.set_num_threads(1)     # tiny tensors: a thread pool only adds wake-up latency
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -107,3 +107,18 @@ def test_projection_vs_ngrams_ends_too_many_reviews_with_an_error_line_and_exit_
         "error: asked for 6 validation / 999999 test reviews; the corpus has 25000 train / 25000 test reviews "
         "(allowed: --n-val < 25000, --n-eval <= 25000)")
     assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("device, message", [
+    ("foo", "error: --device 'foo' is not a device; allowed: auto, cpu, cuda, cuda:N, mps"),
+    ("cuda:99", "error: --device 'cuda:99' was requested but cuda is not available here")])
+def test_projection_vs_ngrams_names_a_device_it_cannot_use(tmp_path, device, message):
+    """--device foo once ended with torch's RuntimeError traceback, --device cuda on a machine without
+    CUDA with an AssertionError traceback ("Torch not compiled with CUDA enabled")."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DISTATTN_DATA_DIR": str(tmp_path / "no-data"),
+           "DISTATTN_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, str(ANALYSES / "projection_vs_ngrams.py"), "--quick", "--device", device,
+                           "--json", str(tmp_path / "t.json")], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == message
+    assert not (tmp_path / "t.json").exists()
