@@ -22,7 +22,7 @@ import numpy as np
 from scipy import sparse
 from sklearn.linear_model import LogisticRegression
 
-from distattn.cli import output_file, run_script
+from distattn.cli import non_negative_int, output_file, run_script
 from distattn.corpus import RegexTokenizer, SeedLiteralTokenizer, get_corpus, tokenize_corpus
 
 TOKENIZERS = {"toolkit": RegexTokenizer, "seed-literal": SeedLiteralTokenizer}
@@ -65,13 +65,16 @@ def main(argv=None):
     ap.add_argument("--max-len", type=int, default=256, help="tokens kept per review (the seed's max_len)")
     ap.add_argument("--vocab-size", type=int, default=30_000)
     ap.add_argument("--C", type=float, default=0.1, help="inverse L2 strength of the logistic regression")
-    ap.add_argument("--seed", type=int, default=42, help="seed of the random splits")
+    ap.add_argument("--seed", type=non_negative_int, default=42, help="seed of the random splits")
     ap.add_argument("--limit-docs", type=int, default=None, help="a random subset of the 50k reviews (quick checks)")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--json", type=output_file, default=None, help="also write the table here")
     args = ap.parse_args(argv)
     if args.max_len < 1 or args.vocab_size < 3:
         ap.error(f"--max-len must be >= 1 and --vocab-size >= 3; got {args.max_len}, {args.vocab_size}")
+    if args.limit_docs is not None and args.limit_docs < 20:   # 0 once meant all 50k reviews; 3 a scikit-learn error
+        ap.error(f"argument --limit-docs: got {args.limit_docs}; allowed: an integer >= 20 (each split needs "
+                 "reviews on both sides)")
 
     rows = []
     for name, make in TOKENIZERS.items():

@@ -130,3 +130,16 @@ def test_analyses_refuse_an_output_path_they_cannot_write_before_any_work(tmp_pa
     assert f"error: argument {args[-1]}: got {str(path)!r}" in last, last
     assert ("which is a file" if target == "file" else "is a file") in last, last
     assert blocker.read_text() == "x" and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--limit-docs", "0"], "argument --limit-docs: got 0; allowed: an integer >= 20"),   # once: all 50k reviews
+    (["--limit-docs", "3"], "argument --limit-docs: got 3; allowed: an integer >= 20"),   # once: a scikit-learn error
+    (["--seed", "-1"], "argument --seed: got -1; allowed: an integer >= 0"),   # once: "expected non-negative integer"
+])
+def test_split_effect_refuses_bad_numbers_before_reading_data(tmp_path, args, message):
+    env = dict(os.environ, DISTATTN_DATA_DIR=str(tmp_path / "no-data"), DISTATTN_CACHE_DIR=str(tmp_path / "cache"))
+    res = subprocess.run([sys.executable, str(REPO / "analyses" / "split_effect.py"), *args,
+                          "--json", str(tmp_path / "t.json")], capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 2 and message in res.stderr.strip().splitlines()[-1], res.stderr[-2000:]
+    assert not (tmp_path / "t.json").exists() and not (tmp_path / "cache").exists()
