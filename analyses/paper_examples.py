@@ -42,6 +42,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if not 0 <= args.decimals <= 15:
         parser.error(f"--decimals must be an integer from 0 to 15; got {args.decimals}")
+    if not 0 < args.temperature < float("inf"):     # the library's check, before any table is printed
+        raise ValueError(f"temperature must be a finite real number > 0; got {args.temperature!r}")
 
     words, S = paper.words, paper.cooc
     show("S (co-occurrence operator, section 2.5)", S, words, words, 0)

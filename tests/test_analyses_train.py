@@ -80,6 +80,7 @@ def test_analyses_scripts_end_bad_input_with_one_error_line(tmp_path):
                          timeout=60)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1] == "error: temperature must be a finite real number > 0; got 0.0"
+    assert res.stdout == ""                          # once S, Q, QS, M, Norm(M), E and e_global came first
     res = subprocess.run([sys.executable, str(script), "--temperature", "0"], capture_output=True, text=True,
                          timeout=60, env=dict(os.environ, DISTATTN_TRACEBACK="1"))
     assert res.returncode == 1 and "Traceback" in res.stderr                  # the debugging switch
