@@ -49,6 +49,12 @@ def main():
     ap.add_argument("--limit-docs", type=positive_int, default=None,
                     help="use a random subset of each split (quick checks)")
     args = ap.parse_args()                  # the int types refuse bad counts before the corpus is tokenized
+    unused = {"seed": ("layers", "d_model", "positional", "max_len", "finetune_epochs"),
+              "lm": ("finetune_epochs",), "mlm": ()}[args.what]
+    given = ["--" + name.replace("_", "-") for name in unused if getattr(args, name) != ap.get_default(name)]
+    if given:                               # once ignored: seed --d-model 32 trained the seed's d=256 model
+        ap.error(f"conflicting options: {', '.join(given)} {'is' if len(given) == 1 else 'are'} not used by the "
+                 f"{args.what} recipe (seed trains the seed's fixed classifier; --finetune-epochs is for mlm)")
     epochs = {} if args.epochs is None else {"epochs": args.epochs}
 
     tc = tokenize_corpus(get_corpus("imdb"))

@@ -65,6 +65,9 @@ def test_train_imdb_recipes_run_and_the_two_stage_mlm_resumes(what, imdb_archive
     (["--seed", "-1"], "argument --seed: got -1; allowed: an integer >= 0"),
     (["--max-len", "x"], "argument --max-len: got 'x'; allowed: an integer >= 1"),
     (["--positional", "alibi"], "argument --positional: invalid choice: 'alibi'"),
+    (["--d-model", "32", "--layers", "1"],                  # once silently ignored: the seed's d=256 model trained
+     "conflicting options: --layers, --d-model are not used by the seed recipe"),
+    (["--finetune-epochs", "2"], "conflicting options: --finetune-epochs is not used by the seed recipe"),
 ])
 def test_train_imdb_refuses_bad_arguments_before_reading_data(tmp_path, args, message):
     env = dict(os.environ, DISTATTN_DATA_DIR=str(tmp_path / "no-data"), DISTATTN_CACHE_DIR=str(tmp_path / "cache"))
