@@ -216,6 +216,8 @@ def main(argv=None) -> int:
         raise ValueError(f"--rows {args.rows!r}: " + (f"unknown rows {sorted(unknown)}" if unknown else "no row")
                          + f"; allowed: a comma-separated list of {', '.join(k for k, _ in ROWS)} (see --list-rows)")
     if args.nmf_heads == 0 and "mh_nmf" in wanted:
+        if args.rows is not None:                  # asked for by name: running nothing would look like success
+            raise ValueError("conflicting options: --rows names mh_nmf but --nmf-heads 0 means no NMF row")
         wanted.remove("mh_nmf")
 
     import torch

@@ -72,6 +72,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.max_len < 1 or args.vocab_size < 3:
         ap.error(f"--max-len must be >= 1 and --vocab-size >= 3; got {args.max_len}, {args.vocab_size}")
+    if not (args.C > 0 and args.C < float("inf")):                # once refused by scikit-learn after tokenizing
+        ap.error(f"argument --C: got {args.C}; allowed: a finite number > 0")
     if args.limit_docs is not None and args.limit_docs < 20:   # 0 once meant all 50k reviews; 3 a scikit-learn error
         ap.error(f"argument --limit-docs: got {args.limit_docs}; allowed: an integer >= 20 (each split needs "
                  "reviews on both sides)")

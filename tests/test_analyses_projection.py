@@ -94,6 +94,11 @@ def test_projection_vs_ngrams_ends_unknown_rows_with_an_error_line_and_exit_2(tm
                               capture_output=True, text=True, env=env, timeout=120)
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert proc.stderr.strip().splitlines()[-1].startswith(f"error: --rows {rows!r}: {what}; allowed: "), proc.stderr
+    # the NMF row asked for by name with no NMF heads once ran nothing and exited 0
+    proc = subprocess.run([sys.executable, str(ANALYSES / "projection_vs_ngrams.py"), "--quick", "--rows", "mh_nmf",
+                           "--nmf-heads", "0"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == \
+        "error: conflicting options: --rows names mh_nmf but --nmf-heads 0 means no NMF row", proc.stderr[-2000:]
 
 
 @pytest.mark.imdb

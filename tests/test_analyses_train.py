@@ -140,6 +140,7 @@ def test_analyses_refuse_an_output_path_they_cannot_write_before_any_work(tmp_pa
     (["--limit-docs", "0"], "argument --limit-docs: got 0; allowed: an integer >= 20"),   # once: all 50k reviews
     (["--limit-docs", "3"], "argument --limit-docs: got 3; allowed: an integer >= 20"),   # once: a scikit-learn error
     (["--seed", "-1"], "argument --seed: got -1; allowed: an integer >= 0"),   # once: "expected non-negative integer"
+    (["--C", "0"], "argument --C: got 0.0; allowed: a finite number > 0"),       # once: scikit-learn, after tokenizing
 ])
 def test_split_effect_refuses_bad_numbers_before_reading_data(tmp_path, args, message):
     env = dict(os.environ, DISTATTN_DATA_DIR=str(tmp_path / "no-data"), DISTATTN_CACHE_DIR=str(tmp_path / "cache"))
