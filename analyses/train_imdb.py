@@ -35,6 +35,8 @@ def main():
     ap.add_argument("--epochs", type=positive_int, default=None)
     ap.add_argument("--layers", type=positive_int, default=4)
     ap.add_argument("--d-model", type=positive_int, default=512)
+    ap.add_argument("--heads", type=positive_int, default=None,
+                    help="attention heads of the LMs (default: d_model // 64, at least 1); must divide --d-model")
     ap.add_argument("--positional", default="learned", choices=POSITIONAL)
     ap.add_argument("--max-len", type=positive_int, default=256,
                     help="context of the LMs (lm, mlm) and of the fine-tuned classifier (mlm)")
@@ -49,12 +51,16 @@ def main():
     ap.add_argument("--limit-docs", type=positive_int, default=None,
                     help="use a random subset of each split (quick checks)")
     args = ap.parse_args()                  # the int types refuse bad counts before the corpus is tokenized
-    unused = {"seed": ("layers", "d_model", "positional", "max_len", "finetune_epochs"),
+    unused = {"seed": ("layers", "d_model", "heads", "positional", "max_len", "finetune_epochs"),
               "lm": ("finetune_epochs",), "mlm": ()}[args.what]
     given = ["--" + name.replace("_", "-") for name in unused if getattr(args, name) != ap.get_default(name)]
     if given:                               # once ignored: seed --d-model 32 trained the seed's d=256 model
         ap.error(f"conflicting options: {', '.join(given)} {'is' if len(given) == 1 else 'are'} not used by the "
                  f"{args.what} recipe (seed trains the seed's fixed classifier; --finetune-epochs is for mlm)")
+    heads = args.heads or max(1, args.d_model // 64)
+    if args.d_model % heads:                # once "d_model=129 must be divisible by n_heads=2", a count never asked for
+        ap.error(f"--d-model {args.d_model} is not divisible by {heads} heads "
+                 f"({'--heads' if args.heads else 'the default d_model // 64'}); choose --heads to divide it")
     epochs = {} if args.epochs is None else {"epochs": args.epochs}
 
     tc = tokenize_corpus(get_corpus("imdb"))
@@ -76,7 +82,7 @@ def main():
         print(json.dumps(result["history"][-1]["eval"], indent=1))
         return
     shape = dict(d_model=args.d_model, n_layers=args.layers, positional=args.positional,
-                 n_heads=max(1, args.d_model // 64), max_len=args.max_len)
+                 n_heads=heads, max_len=args.max_len)
     if args.what == "mlm":
         mlm_cfg = MaskedLMConfig(vocab_size=len(vocab) + 1, **shape)          # + [MASK], the last id
         model = MaskedLM(mlm_cfg)

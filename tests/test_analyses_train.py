@@ -77,6 +77,20 @@ def test_train_imdb_refuses_bad_arguments_before_reading_data(tmp_path, args, me
     assert not (tmp_path / "x").exists() and not (tmp_path / "cache").exists()
 
 
+
+@pytest.mark.parametrize("args, message", [
+    (["--d-model", "129"], "--d-model 129 is not divisible by 2 heads (the default d_model // 64); choose --heads"),
+    (["--d-model", "96", "--heads", "5"], "--d-model 96 is not divisible by 5 heads (--heads)"),
+])
+def test_train_imdb_lm_names_the_head_count_it_cannot_use(tmp_path, args, message):
+    """Once a model error about n_heads=2, a count the user never chose, after tokenizing IMDB."""
+    env = dict(os.environ, DISTATTN_DATA_DIR=str(tmp_path / "no-data"), DISTATTN_CACHE_DIR=str(tmp_path / "cache"))
+    res = subprocess.run([sys.executable, str(SCRIPT), "lm", "--out", str(tmp_path / "x"), *args],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 2 and message in res.stderr, res.stderr[-2000:]
+    assert not (tmp_path / "x").exists() and not (tmp_path / "cache").exists()
+
+
 def test_analyses_scripts_end_bad_input_with_one_error_line(tmp_path):
     script = REPO / "analyses" / "paper_examples.py"
     res = subprocess.run([sys.executable, str(script), "--temperature", "0"], capture_output=True, text=True,
