@@ -471,3 +471,14 @@ def test_numpy_scalars_are_accepted_where_python_numbers_are():
     np.testing.assert_allclose(pagerank(np.full((3, 3), 1 / 3), damping=np.float32(0.85)), 1 / 3)
     ClassificationData([np.array([2, 3])], [1], max_len=4, truncation="head+tail", head_fraction=np.float32(0.25))
     TrainConfig(betas=(np.float32(0.9), 0.95), eps=np.float64(1e-8)).validate()
+
+
+def test_a_diverged_run_stops_before_saving_nan_weights(tmp_path):
+    """lr=1e30 once trained on with a NaN loss, wrote NaN weights to checkpoint.pt and NaN losses to
+    metrics.json, and resuming carried on from them."""
+    docs, y = toy_docs(16)
+    task = ClassificationTask(ClassificationData(docs, y, max_len=16), {"val": ClassificationData(docs, y, max_len=16)})
+    with pytest.raises(FloatingPointError, match=r"training loss became nan by step 2 \(epoch 1\).*lr \(now 1e\+30\)"):
+        Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8, lr=1e30, grad_clip=None),
+                out_dir=tmp_path).fit()
+    assert not (tmp_path / "checkpoint.pt").exists() and not (tmp_path / "metrics.json").exists()

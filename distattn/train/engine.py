@@ -378,7 +378,13 @@ class Trainer:
 
         def flush_loss():
             nonlocal run_loss
-            state.loss_sum += float(run_loss)
+            value = float(run_loss)       # the sync this flush always had; no per-step check is added
+            if not math.isfinite(value):  # refuse before a checkpoint or metrics.json records NaN weights
+                raise FloatingPointError(
+                    f"the training loss became {value} by step {state.step} (epoch {state.epoch + 1}); nothing was "
+                    f"saved since the last checkpoint. Lower lr (now {cfg.lr!r}), set grad_clip (now "
+                    f"{cfg.grad_clip!r}) or check the inputs")
+            state.loss_sum += value
             run_loss = torch.zeros((), device=device)
 
         while state.step < total:
