@@ -482,3 +482,16 @@ def test_a_diverged_run_stops_before_saving_nan_weights(tmp_path):
         Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8, lr=1e30, grad_clip=None),
                 out_dir=tmp_path).fit()
     assert not (tmp_path / "checkpoint.pt").exists() and not (tmp_path / "metrics.json").exists()
+
+
+def test_a_checkpoint_trained_on_other_labels_is_refused(tmp_path):
+    """The data fingerprint once held the documents but not the labels: a shuffled-label control run
+    into the same out_dir silently resumed (here: returned) the run trained on the true labels."""
+    docs, y = toy_docs(16)
+    Trainer(tiny_classifier(), ClassificationTask(ClassificationData(docs, y, max_len=16)),
+            quiet(epochs=1, batch_size=8), out_dir=tmp_path).fit()
+    flipped = ClassificationTask(ClassificationData(docs, 1 - y, max_len=16))
+    with pytest.raises(CheckpointMismatchError, match=r"task\.train\.labels: checkpoint '[0-9a-f]{16}', this run"):
+        Trainer(tiny_classifier(), flipped, quiet(epochs=1, batch_size=8), out_dir=tmp_path).fit()
+    same = ClassificationTask(ClassificationData(docs, y.astype(bool), max_len=16))     # same labels, another dtype
+    assert Trainer(tiny_classifier(), same, quiet(epochs=1, batch_size=8), out_dir=tmp_path).fit()["summary"]["steps"] == 2

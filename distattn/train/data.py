@@ -6,6 +6,7 @@ processes, rebuilds exactly the same plan and takes its own slice.
 
 from __future__ import annotations
 
+import hashlib
 import numbers
 
 import numpy as np
@@ -179,7 +180,8 @@ class ClassificationData:
     def fingerprint(self) -> dict:
         return {"kind": "classification", "n_docs": len(self), "n_tokens": int(self.docs.n_tokens),
                 "max_len": self.max_len, "truncation": self.truncation, "head": self.head,
-                "checksum": stream_checksum(self.docs.ids)}
+                "checksum": stream_checksum(self.docs.ids),
+                "labels": hashlib.sha256(self.labels.astype(np.int8).tobytes()).hexdigest()[:16]}
 
     def _doc(self, i: int) -> np.ndarray:
         d = self.docs[i]
