@@ -495,3 +495,22 @@ def test_a_checkpoint_trained_on_other_labels_is_refused(tmp_path):
         Trainer(tiny_classifier(), flipped, quiet(epochs=1, batch_size=8), out_dir=tmp_path).fit()
     same = ClassificationTask(ClassificationData(docs, y.astype(bool), max_len=16))     # same labels, another dtype
     assert Trainer(tiny_classifier(), same, quiet(epochs=1, batch_size=8), out_dir=tmp_path).fit()["summary"]["steps"] == 2
+
+
+def test_empty_or_capped_to_nothing_eval_sets_are_refused():
+    """An empty eval set once scored accuracy=nan, loss=nan; max_eval_sequences=0 scored perplexity 1.0 on no
+    tokens; LMData([]) had length -1 ('__len__() should return >= 0')."""
+    docs, y = toy_docs(16)
+    train = ClassificationData(docs, y, max_len=16)
+    with pytest.raises(ValueError, match="eval set 'test' is empty"):
+        ClassificationTask(train, {"test": ClassificationData([], [], max_len=16)})
+    with pytest.raises(TypeError, match="eval set 'test' is a tuple"):
+        ClassificationTask(train, {"test": (docs, y)})
+    assert len(LMData([], seq_len=4)) == 0
+    stream = LMData(docs, seq_len=4)
+    with pytest.raises(ValueError, match="eval set 'val' is empty"):
+        LMTask(stream, {"val": LMData([], seq_len=4)})
+    for bad in (0, -5):
+        with pytest.raises(ValueError, match=f"max_eval_sequences={bad} is invalid; allowed: an integer >= 1"):
+            LMTask(stream, {"val": stream}, max_eval_sequences=bad)
+    assert LMTask(stream, {"val": stream}, max_eval_sequences=None).max_eval_sequences is None

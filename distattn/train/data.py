@@ -233,7 +233,7 @@ class LMData:
             stream[stream < 0] = oov_id
         _check_ids(stream, vocab_size, "LM documents")
         self.stream, self.seq_len, self.bos_id = stream, seq_len, bos_id
-        self.n_sequences = (len(stream) - 1) // seq_len
+        self.n_sequences = max(0, (len(stream) - 1) // seq_len)      # no documents: 0, not -1
         if self.n_sequences == 0 and len(lengths):
             raise ValueError(f"the documents hold {len(stream)} tokens with separators, fewer than seq_len + 1 = "
                              f"{seq_len + 1}; use a shorter seq_len")

@@ -39,6 +39,20 @@ def eval_mode(model: torch.nn.Module):
             m.training = t
 
 
+def _check_eval_sets(eval_sets) -> dict:
+    """``{name: data}`` with at least one item in each set: an empty one once scored NaN (or, for an
+    LM, perplexity 1.0)."""
+    if not isinstance(eval_sets, dict):
+        raise TypeError(f"eval_sets must be a dict {{name: data}}; got {type(eval_sets).__name__}")
+    for name, data in eval_sets.items():
+        if not hasattr(data, "batch") or not hasattr(data, "__len__"):
+            raise TypeError(f"eval set {name!r} is a {type(data).__name__}; it must be a data object "
+                            f"(ClassificationData, LMData, MaskedLMData)")
+        if len(data) == 0:
+            raise ValueError(f"eval set {name!r} is empty; leave it out or give it documents")
+    return dict(eval_sets)
+
+
 def in_eval_mode(method):
     """Decorator for a task's ``evaluate(model, ...)`` / ``predict(model, ...)``: it runs under :func:`eval_mode` and
     without gradients."""
@@ -59,7 +73,7 @@ class ClassificationTask:
     def __init__(self, train: ClassificationData, eval_sets: dict | None = None, *, length_grouping: int = 0,
                  eval_batch_size: int = 256):
         self.train = train
-        self.eval_sets = dict(eval_sets or {})
+        self.eval_sets = _check_eval_sets(eval_sets or {})
         self.length_grouping = length_grouping
         self.eval_batch_size = _check_count(eval_batch_size, "eval_batch_size")
 
@@ -112,9 +126,10 @@ class LMTask:
     def __init__(self, train: LMData, eval_sets: dict | None = None, *, eval_batch_size: int = 64,
                  max_eval_sequences: int | None = 2048):
         self.train = train
-        self.eval_sets = dict(eval_sets or {})
+        self.eval_sets = _check_eval_sets(eval_sets or {})
         self.eval_batch_size = _check_count(eval_batch_size, "eval_batch_size")
-        self.max_eval_sequences = max_eval_sequences
+        self.max_eval_sequences = (None if max_eval_sequences is None
+                                   else _check_count(max_eval_sequences, "max_eval_sequences"))
 
     def fingerprint(self) -> dict:
         return {"task": self.kind, "train": self.train.fingerprint(),
