@@ -337,3 +337,24 @@ def test_layer_and_head_configs_refuse_sizes_that_build_broken_models():
         MultiHeadSelfAttention(8, 2, positional="rotary")             # once silently no positions
     with pytest.raises(ValueError, match="head_hidden must be an integer >= 1; got 0"):
         TransformerClassifier(seed_classifier_config(vocab_size=V, head_hidden=0))
+
+
+def test_lm_loss_refuses_misshapen_targets_and_gives_zero_without_targets():
+    """Targets transposed to (T, B) once passed (reshape(-1) matched the count) and gave a loss against the
+    wrong tokens; a batch whose targets are all IGNORE_INDEX gave loss nan (0/0), and a masked-LM eval set
+    with such a batch reported nan for the whole set."""
+    from distattn.models import MaskedLM, MaskedLMConfig, lm_loss
+    lm = tiny_lm()
+    ids = torch.randint(2, V, (2, 6))
+    with pytest.raises(ValueError, match=r"targets have shape \(6, 2\); logits \(2, 6, 50\) need targets of "
+                                         r"shape \(2, 6\)"):
+        lm(ids, ids.t().contiguous())
+    logits, loss = lm(ids, torch.full((2, 6), -1))
+    assert loss.item() == 0.0
+    targets = ids.clone()
+    targets[0, :3] = -1
+    want = torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1)
+    torch.testing.assert_close(lm_loss(logits, targets), want)
+    mlm = MaskedLM(MaskedLMConfig(vocab_size=V, d_model=16, n_heads=2, n_layers=1, max_len=12)).eval()
+    _, loss = mlm(ids, torch.zeros(2, 3, dtype=torch.long), torch.full((2, 3), -1))
+    assert loss.item() == 0.0

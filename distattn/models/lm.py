@@ -32,9 +32,15 @@ __all__ = ["LMConfig", "TransformerLM", "AttentionOnlyConfig", "ProjectionMatche
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy (fp32 softmax) over the targets that are not ``IGNORE_INDEX``
-    (-1); every other target must be an id in ``[0, vocab_size)``."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
-                           ignore_index=IGNORE_INDEX)
+    (-1); every other target must be an id in ``[0, vocab_size)``. ``targets`` has the shape of
+    ``logits`` less the vocabulary axis; with no target to score the loss is 0 (not NaN)."""
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(f"targets have shape {tuple(targets.shape)}; logits {tuple(logits.shape)} need targets of "
+                         f"shape {tuple(logits.shape[:-1])}")
+    flat = targets.reshape(-1)
+    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), flat, ignore_index=IGNORE_INDEX,
+                            reduction="sum")
+    return total / (flat != IGNORE_INDEX).sum().clamp(min=1)      # the mean, without 0/0 on all-ignored targets
 
 
 @dataclass
