@@ -275,3 +275,25 @@ def test_masked_forward_traces_to_one_graph_for_torch_compile():
     b = MaskedLMData(random_docs(), seq_len=16, mask_id=MASK).batch([0, 1])
     explain = torch._dynamo.explain(model)(b["ids"], b["positions"], b["targets"])
     assert explain.graph_count == 1 and explain.graph_break_count == 0
+
+
+def test_capture_keeps_the_masked_positions_and_bad_positions_are_named():
+    """model(ids, positions, targets, capture=True) once dropped positions and targets: it returned the full
+    (B, T, V) logits and no loss. Positions outside the sequence raised torch's bare 'index 8 is out of
+    bounds for dimension 1 with size 8'; float positions 'gather(): Expected dtype int32/int64 for index'."""
+    torch.manual_seed(0)
+    model = tiny_mlm().eval()
+    b = MaskedLMData(random_docs(), seq_len=16, mask_id=MASK).batch([0, 1])
+    (logits, loss), cache = model(b["ids"], b["positions"], b["targets"], capture=True)
+    want_logits, want_loss = model(b["ids"], b["positions"], b["targets"])
+    torch.testing.assert_close(logits, want_logits)
+    torch.testing.assert_close(loss, want_loss)
+    assert "trunk.blocks.0.attn.hook_pattern" in cache
+    ids = b["ids"][:, :8]
+    targets = torch.zeros(2, 2, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"position 8 is outside \[0, seq_len=8\)"):
+        model(ids, torch.full((2, 2), 8), targets)
+    with pytest.raises(ValueError, match=r"position -1 is outside \[0, seq_len=8\)"):
+        model(ids, torch.full((2, 2), -1), targets)
+    with pytest.raises(TypeError, match="positions must be int64 or int32; got torch.float32"):
+        model(ids, torch.zeros(2, 2), targets)

@@ -60,8 +60,8 @@ class MaskedLM(TransformerLM):
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor | None = None, targets: torch.Tensor | None = None,
                 capture: bool = False):
-        if capture:
-            return run_with_cache(self, ids)
+        if capture:           # the positions and targets too: they were dropped, giving full logits and no loss
+            return run_with_cache(self, ids, positions, targets)
         if (positions is None) != (targets is None):
             raise ValueError("give both positions and targets (the masked positions and their ids), or neither")
         h = self.trunk(ids)
@@ -70,6 +70,12 @@ class MaskedLM(TransformerLM):
         if positions.shape != targets.shape or positions.dim() != 2 or positions.shape[0] != ids.shape[0]:
             raise ValueError(f"positions {tuple(positions.shape)} and targets {tuple(targets.shape)} must both be "
                              f"(batch, K) with batch = {ids.shape[0]}")
+        if positions.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"positions must be int64 or int32; got {positions.dtype}")
+        if positions.device.type == "cpu" and positions.numel() and not torch.compiler.is_compiling():
+            lo, hi = int(positions.min()), int(positions.max())     # torch: a bare 'index 8 is out of bounds'
+            if lo < 0 or hi >= ids.shape[1]:
+                raise ValueError(f"position {lo if lo < 0 else hi} is outside [0, seq_len={ids.shape[1]})")
         picked = h.gather(1, positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
         logits = self.lm_head(picked)
         return logits, lm_loss(logits, targets)
