@@ -358,3 +358,32 @@ def test_lm_loss_refuses_misshapen_targets_and_gives_zero_without_targets():
     mlm = MaskedLM(MaskedLMConfig(vocab_size=V, d_model=16, n_heads=2, n_layers=1, max_len=12)).eval()
     _, loss = mlm(ids, torch.zeros(2, 3, dtype=torch.long), torch.full((2, 3), -1))
     assert loss.item() == 0.0
+
+
+def test_attention_masks_mean_what_they_say():
+    """MultiHeadSelfAttention(x, key_mask.float()) once passed the 0/1 floats to the fused kernel as an
+    *additive* bias (no key masked at all) and a (B, T') mask failed with torch's 'The size of tensor a (5)
+    must match the size of tensor b (3)'; the trunk forced key 0 on every row, so a left-padded row attended
+    to a padding token."""
+    from distattn.models import MultiHeadSelfAttention
+    torch.manual_seed(0)
+    att = MultiHeadSelfAttention(16, 2).eval()
+    x = torch.randn(2, 5, 16)
+    key_mask = torch.ones(2, 5, dtype=torch.bool)
+    key_mask[0, 3:] = False
+    with pytest.raises(TypeError, match="key_mask must be a bool tensor .*got torch.float32"):
+        att(x, key_mask.float())
+    with pytest.raises(ValueError, match=r"key_mask has shape \(2, 3\); it must be \(batch, seq_len\) = \(2, 5\)"):
+        att(x, key_mask[:, :3])
+    # left padding: the padded keys get no attention, and an all-padding row still gives finite values
+    model = tiny_classifier(positional="none")
+    ids = torch.randint(2, V, (3, 6))
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    mask[1, :2] = False
+    mask[2] = False
+    logits, cache = model(ids, mask, capture=True)
+    pattern = cache["trunk.blocks.0.attn.hook_pattern"]
+    assert pattern[1, :, :, :2].abs().max() == 0                            # padding keys, left
+    assert torch.isfinite(logits).all() and torch.isfinite(pattern).all()
+    assert torch.allclose(pattern[2, :, :, 0], torch.ones(()))              # empty row: key 0 only
+    torch.testing.assert_close(model(ids, mask), logits)                    # fast path agrees

@@ -83,6 +83,11 @@ class MultiHeadSelfAttention(nn.Module):
         """x: (B, T, d_model); key_mask: optional bool (B, T), True where a key may be attended
         (right-padded batches; position 0 must be True). Returns (B, T, d_model)."""
         B, T, _ = x.shape
+        if key_mask is not None:     # a float mask would be *added* to the scores by the fused kernel
+            if key_mask.dtype != torch.bool:
+                raise TypeError(f"key_mask must be a bool tensor (True: attend); got {key_mask.dtype}")
+            if key_mask.shape != (B, T):
+                raise ValueError(f"key_mask has shape {tuple(key_mask.shape)}; it must be (batch, seq_len) = {(B, T)}")
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)

@@ -190,7 +190,9 @@ class Transformer(nn.Module):
                 raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}; it must match the "
                                  f"token ids' shape {tuple(ids.shape)}")
             key_mask = attention_mask.bool().clone()
-            key_mask[:, 0] = True        # an empty (all-padding) row still has one key: no NaN
+            # an empty (all-padding) row still has one key: no NaN; a row with real tokens keeps its own
+            # mask (forcing key 0 on every row let left-padded rows attend to a padding token)
+            key_mask[:, 0] |= ~key_mask.any(dim=1)
         for block in self.blocks:
             x = block(x, key_mask)
         return self.ln_f(x)
