@@ -514,3 +514,20 @@ def test_empty_or_capped_to_nothing_eval_sets_are_refused():
         with pytest.raises(ValueError, match=f"max_eval_sequences={bad} is invalid; allowed: an integer >= 1"):
             LMTask(stream, {"val": stream}, max_eval_sequences=bad)
     assert LMTask(stream, {"val": stream}, max_eval_sequences=None).max_eval_sequences is None
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("min_lr_ratio", "0.1", r"min_lr_ratio must be a number in \[0, 1\]; got '0.1'"),     # once TypeError '<='
+    ("min_lr_ratio", None, r"min_lr_ratio must be a number in \[0, 1\]; got None"),
+    ("lr", True, "lr must be a finite number > 0; got True"),                            # once lr=1.0
+    ("weight_decay", float("inf"), "weight_decay must be a finite number >= 0; got inf"),
+    ("resume", "no", "resume must be True or False; got 'no'"),                          # once truthy: resumed
+    ("fused", "False", "fused must be True or False; got 'False'"),
+    ("save_best", True, "save_best=True needs select_on"),                               # once no best.pt, silently
+    ("device", "cuda:x", "device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; got 'cuda:x'"),  # once at fit()
+])
+def test_train_config_checks_types_and_dependent_fields(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**{field: value}).validate()
+    TrainConfig(lr=np.float32(1e-3), min_lr_ratio=np.float64(0.1), resume=np.bool_(False), device="cuda:1",
+                save_best=True, select_on="val/accuracy").validate()

@@ -24,6 +24,7 @@ import math
 import numbers
 import os
 import random
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,18 +101,25 @@ class TrainConfig:
             raise ValueError(f"betas must be two numbers in [0, 1); got {betas!r}")
         if isinstance(self.eps, bool) or not isinstance(self.eps, numbers.Real) or not 0.0 < self.eps < 1.0:
             raise ValueError(f"eps must be a number in (0, 1); got {self.eps!r}")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
+        real = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)     # lr=True was lr=1.0
+        if not (real(self.lr) and self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"lr must be a finite number > 0; got {self.lr!r}")
-        if not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
-            raise ValueError(f"weight_decay must be a number >= 0; got {self.weight_decay!r}")
-        if self.grad_clip is not None and not (isinstance(self.grad_clip, (int, float)) and self.grad_clip > 0):
+        if not (real(self.weight_decay) and 0 <= self.weight_decay < math.inf):
+            raise ValueError(f"weight_decay must be a finite number >= 0; got {self.weight_decay!r}")
+        if self.grad_clip is not None and not (real(self.grad_clip) and self.grad_clip > 0):
             raise ValueError(f"grad_clip must be None or a number > 0; got {self.grad_clip!r}")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"min_lr_ratio must be in [0, 1]; got {self.min_lr_ratio!r}")
+        if not (real(self.min_lr_ratio) and 0.0 <= self.min_lr_ratio <= 1.0):
+            raise ValueError(f"min_lr_ratio must be a number in [0, 1]; got {self.min_lr_ratio!r}")
+        for name in ("tf32", "fused", "resume", "save_best", "progress", "quiet"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):     # resume="no" was truthy: it resumed
+                raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
+        if self.save_best and self.select_on is None:
+            raise ValueError("save_best=True needs select_on='set/metric' (e.g. 'val/accuracy') to know which "
+                             "epoch is best; without it no best.pt was written")
         for name, allowed in (("schedule", SCHEDULES), ("precision", PRECISIONS), ("decay", DECAYS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
-        if self.device not in ("auto", "cpu", "cuda", "mps") and not str(self.device).startswith("cuda:"):
+        if self.device not in ("auto", "cpu", "cuda", "mps") and not re.fullmatch(r"cuda:\d+", str(self.device)):
             raise ValueError(f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; got {self.device!r}")
         if not (isinstance(self.compile, bool) or self.compile in COMPILE_MODES):
             raise ValueError(f"compile must be True, False or one of {COMPILE_MODES}; got {self.compile!r}")
