@@ -531,3 +531,12 @@ def test_train_config_checks_types_and_dependent_fields(field, value, message):
         TrainConfig(**{field: value}).validate()
     TrainConfig(lr=np.float32(1e-3), min_lr_ratio=np.float64(0.1), resume=np.bool_(False), device="cuda:1",
                 save_best=True, select_on="val/accuracy").validate()
+
+
+def test_a_warmup_longer_than_the_run_is_reported():
+    """warmup_steps=100 on a 4-step run once trained silently at 1-4 % of lr (a recipe's warm-up on small data)."""
+    docs, y = toy_docs(16)
+    task = ClassificationTask(ClassificationData(docs, y, max_len=16))
+    with pytest.warns(UserWarning, match=r"warmup_steps=100 is longer than this run's 4 steps: the learning rate "
+                                         r"peaks at 0.04 x lr=0.0003"):
+        Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8, warmup_steps=100)).fit()

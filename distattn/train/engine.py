@@ -26,6 +26,7 @@ import os
 import random
 import re
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -353,6 +354,10 @@ class Trainer:
             raise ValueError(f"the training data gives no full batch of batch_size={cfg.batch_size}; use a smaller "
                              f"batch_size or more data")
         total = cfg.epochs * steps_per_epoch if cfg.max_steps is None else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
+        if cfg.warmup_steps > total and rank == 0:      # a warning, not an error: short smoke runs of a recipe are fine
+            warnings.warn(f"warmup_steps={cfg.warmup_steps} is longer than this run's {total} steps: the learning "
+                          f"rate peaks at {total / cfg.warmup_steps:.3g} x lr={cfg.lr!r} and the {cfg.schedule!r} "
+                          f"decay never starts; lower warmup_steps or train longer", stacklevel=2)
 
         state = _State()
         ckpt_path = None if self.out_dir is None else self.out_dir / "checkpoint.pt"
