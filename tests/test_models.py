@@ -387,3 +387,19 @@ def test_attention_masks_mean_what_they_say():
     assert torch.isfinite(logits).all() and torch.isfinite(pattern).all()
     assert torch.allclose(pattern[2, :, :, 0], torch.ones(()))              # empty row: key 0 only
     torch.testing.assert_close(model(ids, mask), logits)                    # fast path agrees
+
+
+def test_capture_takes_one_name_and_load_trunk_names_a_model_without_a_trunk():
+    """names='...pattern' was read character by character ("unknown hook point(s) ['t', 'r', 'u', ...]");
+    load_trunk(ProjectionMatchedLM) raised AttributeError: 'AttentionOnlyConfig' object has no attribute 'n_layers'."""
+    from distattn.models import run_with_cache
+    model = tiny_classifier()
+    ids, mask = batch()
+    name = "trunk.blocks.0.attn.hook_pattern"
+    _, cache = run_with_cache(model, ids, mask, names=name)
+    assert list(cache) == [name] and cache[name].shape == (3, 4, 10, 10)
+    with pytest.raises(KeyError, match=r"unknown hook point\(s\) \['nope'\]"):
+        run_with_cache(model, ids, mask, names="nope")
+    other = ProjectionMatchedLM(AttentionOnlyConfig(vocab_size=V, d_model=16, n_heads=4, max_len=12))
+    with pytest.raises(TypeError, match="load_trunk takes a model with a transformer trunk .*ProjectionMatchedLM has none"):
+        model.load_trunk(other)

@@ -103,6 +103,9 @@ class TransformerClassifier(nn.Module):
         naming the fields.
         """
         if isinstance(source, nn.Module):
+            if not isinstance(getattr(source, "trunk", None), Transformer):
+                raise TypeError(f"load_trunk takes a model with a transformer trunk (TransformerLM, MaskedLM, "
+                                f"TransformerClassifier) or a trunk state_dict; {type(source).__name__} has none")
             src_cfg = getattr(source, "config", None)
             if src_cfg is not None:
                 mine = self.config.trunk_config()

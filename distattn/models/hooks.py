@@ -40,12 +40,12 @@ def capture_hooks(model: nn.Module, names: Iterable[str] | None = None,
                   filter: Callable[[str], bool] | None = None) -> Iterator[dict[str, torch.Tensor]]:
     """Record the (detached) activations of the chosen hook points into the yielded dict.
 
-    ``names``: exact names (default: all); ``filter``: a predicate on names. Unknown names raise
+    ``names``: an exact name or a list of them (default: all); ``filter``: a predicate on names. Unknown names raise
     ``KeyError`` listing the available ones.
     """
     points = hook_points(model)
     if names is not None:
-        names = list(names)
+        names = [names] if isinstance(names, str) else list(names)     # one name, not its characters
         missing = [n for n in names if n not in points]
         if missing:
             raise KeyError(f"unknown hook point(s) {missing}; available: {sorted(points)}")
