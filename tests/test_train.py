@@ -540,3 +540,14 @@ def test_a_warmup_longer_than_the_run_is_reported():
     with pytest.warns(UserWarning, match=r"warmup_steps=100 is longer than this run's 4 steps: the learning rate "
                                          r"peaks at 0.04 x lr=0.0003"):
         Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8, warmup_steps=100)).fit()
+
+
+def test_an_lm_task_refuses_a_model_that_returns_no_loss():
+    """Trainer(classifier, LMTask(...)) once trained: the classifier read the targets as its attention mask,
+    and logits[1], one example's logit, was minimised as the 'loss' (train_loss went negative)."""
+    docs, _ = toy_docs(16)
+    task = LMTask(LMData(docs, seq_len=8), {"val": LMData(docs, seq_len=8)})
+    with pytest.raises(TypeError, match=r"needs a language model .*TransformerClassifier returned Tensor\(2,\)"):
+        Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=2)).fit()
+    with pytest.raises(TypeError, match="TransformerClassifier returned Tensor"):
+        task.evaluate(tiny_classifier(), torch.device("cpu"))

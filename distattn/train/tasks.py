@@ -63,6 +63,17 @@ def in_eval_mode(method):
     return wrapper
 
 
+def _logits_and_loss(model, out):
+    """An LM's ``(logits, loss)``; anything else (a classifier reads the targets as its attention mask and
+    returns logits) would be trained on as if it were a loss."""
+    if not (isinstance(out, tuple) and len(out) == 2):
+        name = type(getattr(model, "_orig_mod", model)).__name__
+        raise TypeError(f"this task needs a language model whose model(ids, targets) returns (logits, loss) "
+                        f"(TransformerLM, ProjectionMatchedLM, MaskedLM); {name} returned "
+                        f"{type(out).__name__}{tuple(out.shape) if torch.is_tensor(out) else ''}")
+    return out
+
+
 class ClassificationTask:
     """Binary classification with a logit model ``model(ids, attention_mask) -> (B,)``; BCE loss.
 
@@ -142,7 +153,7 @@ class LMTask:
         return self.train.batch(index)
 
     def loss(self, model, batch):
-        return model(batch["ids"], batch["targets"])[1]
+        return _logits_and_loss(model, model(batch["ids"], batch["targets"]))[1]
 
     @in_eval_mode
     def evaluate(self, model, device, autocast=contextlib.nullcontext) -> dict:
@@ -153,7 +164,7 @@ class LMTask:
             for start in range(0, n, self.eval_batch_size):
                 b = to_device(data.batch(np.arange(start, min(n, start + self.eval_batch_size))), device)
                 with autocast():
-                    _, loss = model(b["ids"], b["targets"])
+                    _, loss = _logits_and_loss(model, model(b["ids"], b["targets"]))
                 k = int((b["targets"] >= 0).sum())
                 total += float(loss) * k
                 count += k
