@@ -403,3 +403,24 @@ def test_capture_takes_one_name_and_load_trunk_names_a_model_without_a_trunk():
     other = ProjectionMatchedLM(AttentionOnlyConfig(vocab_size=V, d_model=16, n_heads=4, max_len=12))
     with pytest.raises(TypeError, match="load_trunk takes a model with a transformer trunk .*ProjectionMatchedLM has none"):
         model.load_trunk(other)
+
+
+@pytest.mark.parametrize("make, field, value, message", [
+    (lambda **kw: seed_classifier_config(vocab_size=V, **kw), "causal", "false", "causal must be True or False; got 'false'"),
+    (lambda **kw: seed_classifier_config(vocab_size=V, **kw), "mlp", "no", "mlp must be True or False; got 'no'"),
+    (lambda **kw: seed_classifier_config(vocab_size=V, **kw), "padding_idx", 1.5,
+     r"padding_idx must be None or in \[0, vocab_size=50\); got 1.5"),
+    (lambda **kw: LMConfig(vocab_size=V, d_model=16, n_heads=2, **kw), "tie_weights", "False",
+     "tie_weights must be True or False; got 'False'"),
+    (lambda **kw: AttentionOnlyConfig(vocab_size=V, d_model=16, **kw), "residual", "yes",
+     "residual must be True or False; got 'yes'"),
+])
+def test_config_flags_must_be_booleans(make, field, value, message):
+    """A string flag (from a CLI or YAML) was truthy: causal='false' built a causal trunk, silently; a float
+    padding_idx passed validation."""
+    with pytest.raises(ValueError, match=message):
+        make(**{field: value}).validate()
+    from distattn.models import MaskedLMConfig
+    with pytest.raises(ValueError, match="tie_weights must be True or False"):
+        MaskedLMConfig(vocab_size=V, d_model=16, n_heads=2, tie_weights="no").validate()
+    make(**{field: np.bool_(True) if field != "padding_idx" else np.int64(1)}).validate()

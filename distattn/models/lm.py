@@ -23,7 +23,7 @@ from torch import nn
 from distattn.models.attention import MultiHeadSelfAttention
 from distattn.models.hooks import HookPoint, run_with_cache
 from distattn.models.positional import ADDITIVE, POSITIONAL, AbsolutePositions
-from distattn.models.transformer import Transformer, TransformerConfig, _choice, _positive_int, check_ids
+from distattn.models.transformer import Transformer, TransformerConfig, _choice, _flag, _positive_int, check_ids
 
 IGNORE_INDEX = -1
 
@@ -62,6 +62,7 @@ class LMConfig(TransformerConfig):
 
     def validate(self) -> "LMConfig":
         super().validate()
+        _flag(self.tie_weights, "tie_weights")
         if not self.causal:
             raise ValueError("a language model must be causal; got causal=False")
         return self
@@ -133,6 +134,8 @@ class AttentionOnlyConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         _choice(self.positional, "positional", POSITIONAL)
+        _flag(self.bias, "bias")
+        _flag(self.residual, "residual")
         return self
 
     def to_dict(self) -> dict:

@@ -21,7 +21,7 @@ import torch
 
 from distattn.models.hooks import run_with_cache
 from distattn.models.lm import LMConfig, TransformerLM, lm_loss
-from distattn.models.transformer import TransformerConfig, _positive_int
+from distattn.models.transformer import TransformerConfig, _flag, _positive_int
 
 __all__ = ["MaskedLMConfig", "MaskedLM"]
 
@@ -36,6 +36,7 @@ class MaskedLMConfig(LMConfig):
 
     def validate(self) -> "MaskedLMConfig":
         TransformerConfig.validate(self)
+        _flag(self.tie_weights, "tie_weights")
         if self.causal:
             raise ValueError("a masked LM attends both ways; got causal=True (use LMConfig for a causal LM)")
         if self.mask_id is not None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -32,6 +34,11 @@ def _choice(value, name, allowed):
 def _positive_int(value, name):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+
+
+def _flag(value, name):
+    if not isinstance(value, (bool, np.bool_)):      # causal="false" is a non-empty string: it was True
+        raise ValueError(f"{name} must be True or False; got {value!r}")
 
 
 def _probability(value, name):
@@ -83,7 +90,11 @@ class TransformerConfig:
         if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
             raise ValueError(f"positional='rope' needs an even head dimension; got d_model/n_heads="
                              f"{self.d_model // self.n_heads}")
-        if self.padding_idx is not None and not 0 <= self.padding_idx < self.vocab_size:
+        for name in ("causal", "bias", "mlp"):
+            _flag(getattr(self, name), name)
+        if self.padding_idx is not None and (isinstance(self.padding_idx, bool)
+                                             or not isinstance(self.padding_idx, numbers.Integral)
+                                             or not 0 <= self.padding_idx < self.vocab_size):
             raise ValueError(f"padding_idx must be None or in [0, vocab_size={self.vocab_size}); "
                              f"got {self.padding_idx!r}")
         return self
