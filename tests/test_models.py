@@ -424,3 +424,25 @@ def test_config_flags_must_be_booleans(make, field, value, message):
     with pytest.raises(ValueError, match="tie_weights must be True or False"):
         MaskedLMConfig(vocab_size=V, d_model=16, n_heads=2, tie_weights="no").validate()
     make(**{field: np.bool_(True) if field != "padding_idx" else np.int64(1)}).validate()
+
+
+def test_a_relative_position_trunk_loads_into_a_longer_or_shorter_classifier():
+    """classifier_from_lm(lm.config, max_len=16).load_trunk(lm) with positional='relative' once failed with
+    torch's 'size mismatch for blocks.0.attn.relative.vectors' (the learned table was handled, these not); a
+    learned-position state_dict into a RoPE trunk raised AttributeError: 'NoneType' object has no attribute 'table'."""
+    from distattn.train.recipes import classifier_from_lm
+    torch.manual_seed(0)
+    lm = tiny_lm(positional="relative", max_len=8)
+    ids = torch.randint(2, V, (2, 8))
+    for max_len in (16, 6):
+        clf = TransformerClassifier(classifier_from_lm(lm.config, max_len=max_len)).eval()
+        clf.load_trunk(lm)
+        T = min(8, max_len)
+        torch.testing.assert_close(clf.trunk(ids[:, :T]), lm.trunk(ids[:, :T]))    # the same function
+    long = TransformerClassifier(classifier_from_lm(lm.config, max_len=16)).eval()
+    long.load_trunk(lm)
+    vectors = long.trunk.blocks[0].attn.relative.vectors
+    assert torch.equal(vectors[:8], lm.trunk.blocks[0].attn.relative.vectors[:1].expand(8, -1))   # clipped, as before
+    rope = TransformerClassifier(classifier_from_lm(tiny_lm().config, positional="rope"))
+    with pytest.raises(RuntimeError, match='Unexpected key.*"pos.table"'):
+        rope.load_trunk(tiny_lm().trunk.state_dict())

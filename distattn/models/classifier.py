@@ -120,9 +120,18 @@ class TransformerClassifier(nn.Module):
         state = dict(source)
         # a longer classifier context may start from a shorter pretrained learned table
         key = "pos.table"
-        if key in state and state[key].shape != self.trunk.pos.table.shape:
+        if key in state and self.trunk.pos is not None and state[key].shape != self.trunk.pos.table.shape:
             mine = self.trunk.pos.table.detach().clone()
             n = min(mine.shape[0], state[key].shape[0])
             mine[:n] = state[key][:n]
             state[key] = mine
+        # relative positions (one vector per distance -K..K, K = max_len - 1) from a trunk of another max_len:
+        # distances beyond the pretrained K take its edge vectors, as the pretrained trunk itself clipped them
+        for i, block in enumerate(self.trunk.blocks):
+            key, rel = f"blocks.{i}.attn.relative.vectors", block.attn.relative
+            if key in state and rel is not None and state[key].shape[0] != rel.vectors.shape[0] \
+                    and state[key].shape[1:] == rel.vectors.shape[1:]:
+                k_old = (state[key].shape[0] - 1) // 2
+                dist = torch.arange(-rel.max_distance, rel.max_distance + 1).clamp(-k_old, k_old)
+                state[key] = state[key][dist + k_old]
         self.trunk.load_state_dict(state, strict=strict)
