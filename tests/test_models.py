@@ -446,3 +446,19 @@ def test_a_relative_position_trunk_loads_into_a_longer_or_shorter_classifier():
     rope = TransformerClassifier(classifier_from_lm(tiny_lm().config, positional="rope"))
     with pytest.raises(RuntimeError, match='Unexpected key.*"pos.table"'):
         rope.load_trunk(tiny_lm().trunk.state_dict())
+
+
+def test_circuits_take_numpy_layer_indices_and_the_sinusoidal_table_checks_its_sizes():
+    """qk_circuit(model, layer=np.int64(0)) (a loop over np.arange(n_layers)) was refused as 'layer must be an
+    integer ... got np.int64(0)'; sinusoidal_table(-1, 4) raised torch's 'upper bound and lower bound
+    inconsistent with step sign'."""
+    model = tiny_classifier()
+    for layer in np.arange(2):
+        torch.testing.assert_close(qk_circuit(model, layer).A, qk_circuit(model, int(layer)).A)
+        torch.testing.assert_close(ov_circuit(model, layer).B, ov_circuit(model, int(layer)).B)
+    with pytest.raises(ValueError, match=r"layer must be an integer in \[0, 2\) .*got np.int64\(2\)"):
+        qk_circuit(model, np.int64(2))
+    with pytest.raises(ValueError, match="max_len must be an integer >= 1; got -1"):
+        sinusoidal_table(-1, 4)
+    with pytest.raises(ValueError, match="d_model must be an integer >= 1; got 0"):
+        sinusoidal_table(4, 0)

@@ -17,6 +17,8 @@ token-to-token paths of the weights.
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import nn
 
@@ -122,10 +124,10 @@ def unembedding_weight(model: nn.Module) -> torch.Tensor | None:
 
 def _layer(model, layer):
     layers = attention_layers(model)
-    if isinstance(layer, bool) or not isinstance(layer, int) or not -len(layers) <= layer < len(layers):
+    if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or not -len(layers) <= layer < len(layers):
         raise ValueError(f"layer must be an integer in [0, {len(layers)}) for this {len(layers)}-layer model; "
                          f"got {layer!r}")
-    return layers[layer]
+    return layers[int(layer)]
 
 
 @torch.no_grad()

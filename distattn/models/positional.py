@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import nn
@@ -26,6 +27,9 @@ __all__ = ["POSITIONAL", "sinusoidal_table", "AbsolutePositions", "Rotary", "Rel
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
     """The (max_len, d_model) sinusoidal table of Vaswani et al. (odd d: the last cos column is dropped)."""
+    for name, value in (("max_len", max_len), ("d_model", d_model)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]
     freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
