@@ -551,3 +551,19 @@ def test_an_lm_task_refuses_a_model_that_returns_no_loss():
         Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=2)).fit()
     with pytest.raises(TypeError, match="TransformerClassifier returned Tensor"):
         task.evaluate(tiny_classifier(), torch.device("cpu"))
+
+
+def test_resuming_an_lm_run_with_another_eval_cap_is_refused(tmp_path):
+    """max_eval_sequences was not in the task fingerprint, so a resumed run could score its later
+    epochs on another subset of the eval set than its earlier ones, in one history."""
+    docs = [np.tile([5, 6, 7, 8], 6) for _ in range(12)]
+
+    def run(cap):
+        seed_everything(0)
+        lm = TransformerLM(LMConfig(vocab_size=V, d_model=16, n_heads=2, n_layers=1, max_len=8))
+        task = LMTask(LMData(docs, seq_len=8), {"val": LMData(docs, seq_len=8)}, max_eval_sequences=cap)
+        return Trainer(lm, task, quiet(epochs=1, batch_size=8, warmup_steps=0), out_dir=tmp_path).fit()
+    run(4)
+    with pytest.raises(CheckpointMismatchError, match=r"task\.max_eval_sequences: checkpoint 4, this run 8"):
+        run(8)
+    assert run(4)["summary"]["steps"] > 0                     # the same cap still resumes (here: returns)

@@ -143,7 +143,7 @@ class LMTask:
                                    else _check_count(max_eval_sequences, "max_eval_sequences"))
 
     def fingerprint(self) -> dict:
-        return {"task": self.kind, "train": self.train.fingerprint(),
+        return {"task": self.kind, "train": self.train.fingerprint(), "max_eval_sequences": self.max_eval_sequences,
                 "eval": {k: v.fingerprint() for k, v in self.eval_sets.items()}}
 
     def plan(self, batch_size, epoch, seed, rank=0, world=1):
