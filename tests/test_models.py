@@ -462,3 +462,22 @@ def test_circuits_take_numpy_layer_indices_and_the_sinusoidal_table_checks_its_s
         sinusoidal_table(-1, 4)
     with pytest.raises(ValueError, match="d_model must be an integer >= 1; got 0"):
         sinusoidal_table(4, 0)
+
+
+@pytest.mark.parametrize("positional", ["none", "relative"])
+def test_a_query_with_no_key_gives_the_same_output_on_the_capture_path(positional):
+    """A row whose key mask is all False: the fused kernel gives zeros, the explicit (capture) path
+    once gave NaN, so capturing changed the output."""
+    from distattn.models.attention import MultiHeadSelfAttention
+    torch.manual_seed(0)
+    attn = MultiHeadSelfAttention(16, 2, positional=positional, max_len=8).eval()
+    x, key_mask = torch.randn(2, 4, 16), torch.tensor([[True, True, False, False], [False] * 4])
+    fast = attn(x, key_mask)
+    seen = []
+    handle = attn.hook_pattern.register_forward_hook(lambda mod, inp, out: seen.append(out))
+    try:
+        explicit = attn(x, key_mask)
+    finally:
+        handle.remove()
+    torch.testing.assert_close(explicit, fast)
+    assert not seen[0][1].any() and torch.allclose(seen[0][0].sum(-1), torch.ones(2, 4))

@@ -81,7 +81,8 @@ class MultiHeadSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, d_model); key_mask: optional bool (B, T), True where a key may be attended
-        (right-padded batches; position 0 must be True). Returns (B, T, d_model)."""
+        (right-padded batches; a row with no True key attends to nothing: its attention output is
+        zero, on the fused and on the capture path alike). Returns (B, T, d_model)."""
         B, T, _ = x.shape
         if key_mask is not None:     # a float mask would be *added* to the scores by the fused kernel
             if key_mask.dtype != torch.bool:
@@ -119,6 +120,9 @@ class MultiHeadSelfAttention(nn.Module):
                 if allowed is not None:
                     scores = scores.masked_fill(~allowed, float("-inf"))
                 scores = self.hook_scores(scores)
-                pattern = self.hook_pattern(torch.softmax(scores.float(), dim=-1).to(v.dtype))
+                pattern = torch.softmax(scores.float(), dim=-1)
+                if key_mask is not None:      # a query with no key to attend: zeros, as the fused kernel gives (not NaN)
+                    pattern = pattern.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
+                pattern = self.hook_pattern(pattern.to(v.dtype))
                 y = torch.matmul(F.dropout(pattern, dropout_p, self.training), v)
         return self.out(y.transpose(1, 2).reshape(B, T, self.d_model))
