@@ -292,6 +292,43 @@ def test_imdb_run_without_models(imdb_archive, tmp_path, capsys):
     assert config["resolved_paths"]["data_dir"] == str(imdb_archive.parent.resolve())
 
 
+def test_full_profile_on_a_small_corpus_trains_the_lms_at_least_lm_min_steps(tmp_path, monkeypatch):
+    """The full profile's structure (every document, seed-size classifier, one LM pass) end to end at
+    smoke size on the CPU; its LMs once trained 2 steps on a small corpus (one pass), inside a
+    100-step warm-up. The LMs are shrunk and lm_min_steps lowered so that it runs in seconds."""
+    import dataclasses
+
+    import torch
+
+    from distattn.compare.config import CompareConfig
+    from distattn.compare.run import _study, make_run_dir
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))      # only this run's stages in it
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=60)
+    cfg = CompareConfig(corpus="text", path=str(corpus), profile="full", out=str(tmp_path / "runs"))
+    full = cfg.sizes()
+    assert full.lm_steps is None and full.lm_min_steps == 1_000 and full.clf_train_docs is None
+    sizes = dataclasses.replace(full, lm_model=dict(d_model=32, n_layers=1, n_heads=2, max_len=64),
+                                attn_model=dict(d_model=32, n_heads=1, max_len=64), lm_min_steps=24, eval_len=64,
+                                analysis_len=64)          # the documents have 20 to 50 words
+    run_dir = make_run_dir(cfg.out, cfg.corpus)
+    _study(cfg, run_dir, "full", sizes, torch.device("cpu"), cache=True, progress=False)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for lm in ("attention_only_lm", "transformer_lm"):
+        (done,) = (tmp_path / "cache").rglob(f"train-{lm}-*/done.json")
+        assert json.loads(done.read_text())["summary"]["steps"] == 24          # several passes, not one
+    assert metrics["classifier"]["config"] == "seed architecture (000_48942d33924f2728.txt); 5 epochs"  # not scaled
+    assert (run_dir / "report.html").exists() and "transformer_lm" in [r["key"] for r in metrics["next_token"]]
+
+
+def test_full_profile_without_a_gpu_is_refused_before_anything_is_written(tmp_path, capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: --device auto resolves to it")
+    code, out, err = run_cli(["--corpus", "paper", "--profile", "full", "--out", str(tmp_path / "runs")], capsys)
+    assert code == 2 and "--profile full trains seed-size models and needs a GPU, and none was found" in err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_config_json_records_the_paths_it_read_as_absolute(tmp_path, monkeypatch):
     from distattn.compare.config import CompareConfig
     from distattn.compare.run import environment

@@ -35,7 +35,8 @@ class Sizes:
     best_clf_epochs: int | None = None   # the best recipe's epochs (None: clf_epochs), the best one picked on val
     lm_docs: int | None = None       # LM training reviews (train+unsup)
     lm_model: dict = field(default_factory=dict)
-    lm_steps: int | None = None
+    lm_steps: int | None = None      # the LMs' steps (None: one pass over lm_docs) ...
+    lm_min_steps: int | None = None  # ... but at least this many (passes repeated on a small corpus)
     lm_batch: int = 64
     attn_model: dict = field(default_factory=dict)
     analysis_seqs: int = 50          # held-out sequences for attention agreement
@@ -55,8 +56,8 @@ PROFILE_SIZES = {
     "full": Sizes(vocab_size=29_998, window=10, svd_dim=256, eval_docs=2_000, val_docs=200, eval_len=256,
                   asym_rank=128, heads=(4, 32), clf_train_docs=None, clf_test_docs=None,
                   clf_model={}, clf_epochs=5, lm_docs=None,
-                  lm_model=dict(d_model=512, n_layers=4, n_heads=8, max_len=256), lm_steps=None, lm_batch=64,
-                  attn_model=dict(d_model=256, n_heads=1, max_len=256), analysis_seqs=200, analysis_len=128,
+                  lm_model=dict(d_model=512, n_layers=4, n_heads=8, max_len=256), lm_steps=None, lm_min_steps=1_000,
+                  lm_batch=64, attn_model=dict(d_model=256, n_heads=1, max_len=256), analysis_seqs=200, analysis_len=128,
                   top_words=2_000, spectrum_k=200),
 }
 

@@ -101,6 +101,9 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
     profile = cfg.resolved_profile()
     sizes = cfg.sizes()
     device = pick_device(cfg.device)                 # an unavailable device is refused before anything is written
+    if profile == "full" and device.type == "cpu" and cfg.train_models:     # --device auto on a machine without one
+        raise ValueError("--profile full trains seed-size models and needs a GPU, and none was found (device "
+                         f"{cfg.device!r} resolved to cpu); use --profile quick, or add --no-models")
     fresh = missing_dirs(cfg.out)
     try:
         run_dir = make_run_dir(cfg.out, cfg.corpus)

@@ -346,10 +346,18 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     return Trained(name, model, metrics, d / "model.pt")
 
 
+def _lm_steps(sizes, steps_per_epoch: int) -> int | None:
+    """The LMs' step budget: the profile's ``lm_steps``; or, when the profile trains one full pass
+    (``None``), at least ``lm_min_steps``, so that a small corpus (e.g. one's own under the full
+    profile) is not trained for a couple of steps, inside its learning-rate warm-up."""
+    if sizes.lm_steps is None and sizes.lm_min_steps and steps_per_epoch < sizes.lm_min_steps:
+        return sizes.lm_min_steps
+    return sizes.lm_steps
+
+
 def _lm_epochs(steps: int | None, steps_per_epoch: int) -> int:
-    """Epochs that give the LMs the profile's ``lm_steps`` (the cap of one epoch on a large
-    corpus): a small corpus is passed over several times instead of training a couple of steps,
-    still inside its learning-rate warm-up. One epoch when the profile trains a full pass."""
+    """Epochs that give the LMs ``steps`` (the cap of one epoch on a large corpus): a small corpus
+    is passed over several times. One epoch when the profile trains a full pass (``None``)."""
     if steps is None:
         return 1
     return max(1, -(-steps // max(1, steps_per_epoch)))
@@ -443,9 +451,10 @@ def stage_models(data: Data, stats: Stats, sizes, device, seed: int, cache: bool
         train = LMData(data.lm_neg, seq_len=mcfg.max_len, oov_id=data.vocab.unk_id)
         batch, task = _batch(sizes.lm_batch, len(train)), LMTask(train, {})
         steps_per_epoch = len(task.plan(batch, 0, seed, 0, 1))
-        tcfg = lm_train_config(epochs=_lm_epochs(sizes.lm_steps, steps_per_epoch), batch_size=batch, lr=lr,
-                               max_steps=sizes.lm_steps,
-                               warmup_steps=min(100, (sizes.lm_steps or 1000) // 10), progress=progress, quiet=not progress,
+        steps = _lm_steps(sizes, steps_per_epoch)
+        tcfg = lm_train_config(epochs=_lm_epochs(steps, steps_per_epoch), batch_size=batch, lr=lr,
+                               max_steps=steps,
+                               warmup_steps=min(100, (steps or 1000) // 10), progress=progress, quiet=not progress,
                                device=device.type, seed=seed, checkpoint_every=50)
         out[name] = _train(name, model_cls(mcfg), task, tcfg,
                            {**common, "model": mcfg.to_dict()}, cache, lm_eval)
