@@ -331,3 +331,14 @@ def test_a_utf16_text_file_is_split_into_lines_after_decoding(tmp_path):
 def test_unsigned_and_signed_ids_concatenate_as_integers():
     assert RaggedIds.from_sequences([np.array([1], np.uint64), [2]]).ids.tolist() == [1, 2]
     assert RaggedIds.from_sequences([[], np.array([], np.int32), [3, 4]]).offsets.tolist() == [0, 0, 0, 2]
+
+
+def test_a_non_ascii_strip_string_does_not_break_ascii_documents(tmp_path):
+    """The bytes fast path encoded every strip string as ASCII: RegexTokenizer(strip=("—",)) raised
+    UnicodeEncodeError on every ASCII line of a text corpus."""
+    path = tmp_path / "c.txt"
+    path.write_text("plain ascii line\ncaf\u00e9\u2014au lait\n", encoding="utf-8")
+    tok = RegexTokenizer(strip=("<br />", "\u2014"))
+    tc = tokenize_corpus(get_corpus("text", path=path), tokenizer=tok, cache=False)
+    assert tc.types == ["plain", "ascii", "line", "caf", "au", "lait"]
+    assert tokenize_to_bytes(tok, b"a<br />b") == [b"a", b"b"]

@@ -43,6 +43,8 @@ class RegexTokenizer:
         if isinstance(strip, (str, bytes)):
             raise TypeError(f"strip={strip!r} is a string; allowed: a tuple of strings, e.g. ({strip!r},)")
         self.strip = tuple(strip)
+        # ASCII text cannot contain a non-ASCII strip string: the bytes fast path skips those
+        self._bstrip = tuple(x.encode("ascii") for x in self.strip if isinstance(x, str) and x.isascii())
         try:
             self._re = re.compile(pattern)
             self._bre = re.compile(pattern.encode("ascii")) if pattern.isascii() else None
@@ -73,8 +75,8 @@ class RegexTokenizer:
         if self._bre is not None and raw.isascii():
             if self.lowercase:
                 raw = raw.lower()
-            for s in self.strip:
-                raw = raw.replace(s.encode("ascii"), b" ")
+            for s in self._bstrip:
+                raw = raw.replace(s, b" ")
             return self._bre.findall(raw)
         return [t.encode("utf-8") for t in self(raw.decode("utf-8", errors="replace"))]
 
