@@ -342,3 +342,20 @@ def test_a_non_ascii_strip_string_does_not_break_ascii_documents(tmp_path):
     tc = tokenize_corpus(get_corpus("text", path=path), tokenizer=tok, cache=False)
     assert tc.types == ["plain", "ascii", "line", "caf", "au", "lait"]
     assert tokenize_to_bytes(tok, b"a<br />b") == [b"a", b"b"]
+
+
+def test_a_tokenizer_subclass_that_overrides_call_is_used_and_cached_apart(tmp_path):
+    """A RegexTokenizer subclass overriding __call__ (e.g. stemming) was bypassed by the bytes fast
+    path on text corpora, and shared the base class's cache key, so it got the plain tokens."""
+    class Stem(RegexTokenizer):
+        def __call__(self, text):
+            return [t.rstrip("s") for t in super().__call__(text)]
+
+    path = tmp_path / "c.txt"
+    path.write_text("cats dogs\nbirds\n", encoding="utf-8")
+    assert tokenize_corpus(get_corpus("text", path=path), tokenizer=Stem(), cache=False).types == \
+        ["cat", "dog", "bird"]
+    plain = tokenize_corpus(get_corpus("text", path=path), cache=tmp_path / "cache")
+    stemmed = tokenize_corpus(get_corpus("text", path=path), tokenizer=Stem(), cache=tmp_path / "cache")
+    assert (plain.types, stemmed.types) == (["cats", "dogs", "birds"], ["cat", "dog", "bird"])
+    assert "class" not in RegexTokenizer().config()                    # the base class keeps its cache key

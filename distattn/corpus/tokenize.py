@@ -20,6 +20,13 @@ class Tokenizer(Protocol):
     def config(self) -> dict: ...
 
 
+def _subclass(tokenizer, base) -> dict:
+    """A subclass that inherits ``config()`` (and overrides ``__call__``) gets its own cache key:
+    the class name is added to the config (the base classes' keys are unchanged)."""
+    cls = type(tokenizer)
+    return {} if cls is base else {"class": f"{cls.__module__}.{cls.__qualname__}"}
+
+
 class RegexTokenizer:
     """Lowercase, strip markup strings, and keep the matches of ``pattern``.
 
@@ -47,13 +54,15 @@ class RegexTokenizer:
         self._bstrip = tuple(x.encode("ascii") for x in self.strip if isinstance(x, str) and x.isascii())
         try:
             self._re = re.compile(pattern)
-            self._bre = re.compile(pattern.encode("ascii")) if pattern.isascii() else None
+            # a subclass that overrides __call__ (e.g. to stem) must see every text: no fast path
+            fast = pattern.isascii() and type(self).__call__ is RegexTokenizer.__call__
+            self._bre = re.compile(pattern.encode("ascii")) if fast else None
         except re.error as exc:
             raise ValueError(f"pattern={pattern!r} is not a valid regular expression: {exc}") from None
 
     def config(self) -> dict:
         return {"kind": "regex", "pattern": self.pattern, "lowercase": self.lowercase,
-                "strip": list(self.strip)}
+                "strip": list(self.strip), **_subclass(self, RegexTokenizer)}
 
     def __repr__(self) -> str:
         return f"RegexTokenizer(pattern={self.pattern!r}, lowercase={self.lowercase}, strip={self.strip!r})"
@@ -88,7 +97,7 @@ class WhitespaceTokenizer:
         self.lowercase = lowercase
 
     def config(self) -> dict:
-        return {"kind": "whitespace", "lowercase": self.lowercase}
+        return {"kind": "whitespace", "lowercase": self.lowercase, **_subclass(self, WhitespaceTokenizer)}
 
     def __call__(self, text: str) -> list[str]:
         return (text.lower() if self.lowercase else text).split()
@@ -106,7 +115,7 @@ class SeedLiteralTokenizer:
     _FIRST = re.compile(r"^[^a-z0-9\s]")
 
     def config(self) -> dict:
-        return {"kind": "seed-literal"}
+        return {"kind": "seed-literal", **_subclass(self, SeedLiteralTokenizer)}
 
     def __repr__(self) -> str:
         return "SeedLiteralTokenizer()"
