@@ -359,3 +359,17 @@ def test_a_tokenizer_subclass_that_overrides_call_is_used_and_cached_apart(tmp_p
     stemmed = tokenize_corpus(get_corpus("text", path=path), tokenizer=Stem(), cache=tmp_path / "cache")
     assert (plain.types, stemmed.types) == (["cats", "dogs", "birds"], ["cat", "dog", "bird"])
     assert "class" not in RegexTokenizer().config()                    # the base class keeps its cache key
+
+
+@pytest.mark.parametrize("docs, tokenizer, message", [
+    ([["the", "cat"], ["a", "dog"]], None, r"document 0 is list \['the', 'cat'\]; allowed: a str, UTF-8 bytes"),
+    (["fine", None], None, "document 1 is NoneType None"),
+    ([Document(["the", "cat"])], None, "document 0 is list"),
+    (["the cat"], "whitespace", "tokenizer='whitespace' is not callable"),
+    (["the cat"], lambda text: text.lower(), "returned a str, not a list of tokens"),
+])
+def test_tokenize_corpus_refuses_documents_and_tokenizers_of_the_wrong_kind(docs, tokenizer, message):
+    """Pre-tokenized documents failed with AttributeError: 'list' object has no attribute 'lower',
+    and a tokenizer returning a str was silently read as one token per character."""
+    with pytest.raises(TypeError, match=message):
+        tokenize_corpus(docs, tokenizer=tokenizer, cache=False)

@@ -148,4 +148,7 @@ def tokenize_to_bytes(tokenizer, text) -> list[bytes]:
         if fast is not None:
             return fast(bytes(text))
         text = bytes(text).decode("utf-8", errors="replace")
-    return [t.encode("utf-8") for t in tokenizer(text)]
+    tokens = tokenizer(text)
+    if isinstance(tokens, (str, bytes)):       # would be read as one token per character
+        raise TypeError(f"tokenizer {tokenizer!r} returned a {type(tokens).__name__}, not a list of tokens")
+    return [t.encode("utf-8") for t in tokens]

@@ -248,6 +248,9 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
     _not_a_string(corpus, "corpus", "a Corpus, e.g. get_corpus('text', path=...), or a list of strings or "
                                     "Documents (a string would be read as one document per character)")
     tokenizer = tokenizer or default_tokenizer()
+    if not callable(tokenizer):
+        raise TypeError(f"tokenizer={tokenizer!r} is not callable; allowed: a callable str -> list[str], e.g. "
+                        "RegexTokenizer() or WhitespaceTokenizer()")
     fingerprint = corpus.fingerprint() if hasattr(corpus, "fingerprint") else None
     key = None
     tok_config = tokenizer_config(tokenizer)
@@ -267,6 +270,11 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
     return tc
 
 
+def _short(value) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
 def _tokenize(corpus, tokenizer, fingerprint, progress) -> TokenizedCorpus:
     type_ids: defaultdict = defaultdict(itertools.count().__next__)
     lookup = type_ids.__getitem__
@@ -284,9 +292,13 @@ def _tokenize(corpus, tokenizer, fingerprint, progress) -> TokenizedCorpus:
     if progress:
         from tqdm.auto import tqdm
         it = tqdm(it, desc=f"tokenize {getattr(corpus, 'name', '')}", unit="doc")
-    for doc in it:
+    for i, doc in enumerate(it):
         if not isinstance(doc, Document):
             doc = Document(doc)
+        if not isinstance(doc.text, (str, bytes, bytearray)):   # a list of tokens once failed inside the tokenizer
+            raise TypeError(f"document {i} is {type(doc.text).__name__} {_short(doc.text)}; allowed: a str, UTF-8 "
+                            "bytes or a Document (pre-tokenized text: join the tokens with spaces and pass "
+                            "tokenizer=WhitespaceTokenizer())")
         pending.append(tokenize_to_bytes(tokenizer, doc.text))
         labels.append(doc.label)
         ratings.append(doc.rating)
