@@ -373,3 +373,23 @@ def test_tokenize_corpus_refuses_documents_and_tokenizers_of_the_wrong_kind(docs
     and a tokenizer returning a str was silently read as one token per character."""
     with pytest.raises(TypeError, match=message):
         tokenize_corpus(docs, tokenizer=tokenizer, cache=False)
+
+
+@pytest.mark.parametrize("layout", ["txt", "dir"])
+def test_a_rewritten_text_corpus_with_its_mtime_restored_is_not_served_from_the_cache(tmp_path, layout):
+    """The text corpus fingerprint was (size, mtime): new content of the same size whose mtime was
+    set back (cp -p, rsync -t, tar) returned the stale cached tokenization."""
+    import os
+    path = tmp_path / ("c.txt" if layout == "txt" else "docs")
+    if layout == "dir":
+        path.mkdir()
+    file = path if layout == "txt" else path / "a.txt"
+    file.write_text("alpha beta\n", encoding="utf-8")
+    before = file.stat()
+    first = tokenize_corpus(get_corpus("text", path=path), cache=tmp_path / "cache")
+    assert first.types == ["alpha", "beta"]
+    file.write_text("gamma zeta\n", encoding="utf-8")                     # same size
+    os.utime(file, ns=(before.st_atime_ns, before.st_mtime_ns))           # mtime as before
+    again = tokenize_corpus(get_corpus("text", path=path), cache=tmp_path / "cache")
+    assert again.types == ["gamma", "zeta"]
+    assert tokenize_corpus(get_corpus("text", path=path), cache=tmp_path / "cache").types == ["gamma", "zeta"]

@@ -50,10 +50,13 @@ class TextCorpus(Corpus):
 
     def fingerprint(self) -> dict:
         files = self._files_for_fingerprint()
+        # size and mtime alone missed a rewrite whose mtime was restored (cp -p, rsync -t, tar,
+        # os.utime); the change time cannot be set back, and any write or utime moves it
+        stats = [p.stat() for p in files]
         return {"corpus": "text", "path": str(self.path.resolve()), "kind": self.kind,
                 **({} if self.encoding == "utf-8" else {"encoding": self.encoding}),
                 "files": [(str(p.relative_to(self.path)) if self.kind == "dir" else p.name,
-                           p.stat().st_size, p.stat().st_mtime_ns) for p in files]}
+                           st.st_size, st.st_mtime_ns, st.st_ctime_ns) for p, st in zip(files, stats)]}
 
     def __iter__(self) -> Iterator[Document]:
         if self.kind == "dir":
