@@ -393,3 +393,17 @@ def test_a_rewritten_text_corpus_with_its_mtime_restored_is_not_served_from_the_
     again = tokenize_corpus(get_corpus("text", path=path), cache=tmp_path / "cache")
     assert again.types == ["gamma", "zeta"]
     assert tokenize_corpus(get_corpus("text", path=path), cache=tmp_path / "cache").types == ["gamma", "zeta"]
+
+
+def test_an_unwritable_tokenize_cache_is_refused_before_the_corpus_is_read(tmp_path):
+    """cache= a path that cannot be a directory raised a bare FileExistsError naming the file, and
+    only after the whole corpus had been tokenized."""
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    never_read = ListCorpus(["a b"], fail_after=0)                        # iterating it raises RuntimeError
+    for cache in (not_a_dir, not_a_dir / "sub"):
+        with pytest.raises(OSError, match=r"cache='.*file.*' is not a writable directory .*cache=False"):
+            tokenize_corpus(never_read, cache=cache)
+    good = tmp_path / "cache"
+    tokenize_corpus(ListCorpus(["a b"]), cache=good)
+    assert [p.name for p in good.iterdir() if p.name.startswith(".")] == []      # no probe file left

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -263,6 +264,13 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
                 return TokenizedCorpus.load(entry)
             except (OSError, ValueError, KeyError) as exc:  # a damaged entry is rebuilt, never trusted
                 log.warning("ignoring damaged tokenized cache %s: %s", entry, exc)
+        try:                                   # an unwritable cache fails now, not after the tokenizing
+            root.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=root):  # unnamed: concurrent callers cannot collide
+                pass
+        except OSError as exc:
+            raise OSError(f"cache={str(root)!r} is not a writable directory ({exc.strerror or exc}); pass "
+                          "another directory, or cache=False to tokenize without caching") from exc
     tc = _tokenize(corpus, tokenizer, fingerprint, progress)
     if key is not None:
         tc.save(entry)
