@@ -407,3 +407,23 @@ def test_an_unwritable_tokenize_cache_is_refused_before_the_corpus_is_read(tmp_p
     good = tmp_path / "cache"
     tokenize_corpus(ListCorpus(["a b"]), cache=good)
     assert [p.name for p in good.iterdir() if p.name.startswith(".")] == []      # no probe file left
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: Vocabulary.from_counts(["a", "b"], [1.9, 3]), ValueError, r"counts\[0\] is 1.9 \(float64\); allowed: non-neg"),
+    (lambda: Vocabulary.from_counts(["a", "b"], [np.nan, 3]), ValueError, r"counts\[0\] is nan"),
+    (lambda: Vocabulary.from_counts(["a", "b"], [2, -1]), ValueError, r"counts\[1\] is -1 \(int64\)"),
+    (lambda: Vocabulary.from_counts(["a", "b"], [[1, 2]]), ValueError, r"counts has shape \(1, 2\), but there are 2 words"),
+    (lambda: Vocabulary.from_counts("ab", [1, 2]), TypeError, r"words='ab' is a string"),
+    (lambda: Vocabulary(["a"], [2.5]), ValueError, r"counts\[0\] is 2.5"),
+    (lambda: Vocabulary(["a"], [-3]), ValueError, r"counts\[0\] is -3"),
+    (lambda: Vocabulary.build([["a"]], max_size=True), ValueError, "max_size must be None or an integer >= 1, got True"),
+    (lambda: Vocabulary.build([["a"]], min_count=True), ValueError, "min_count must be an integer >= 1, got True"),
+])
+def test_vocabulary_counts_and_limits_of_the_wrong_kind_are_refused(make, error, message):
+    """Float counts were truncated (1.9 -> 1, changing min_count and the order), negative counts
+    kept, NaN raised numpy's bare conversion error, a string of words an IndexError, and True
+    was read as max_size=1."""
+    with pytest.raises(error, match=message):
+        make()
+    assert Vocabulary.from_counts(["a", "b"], np.array([2.0, 3.0])).words == ["b", "a"]   # whole floats are counts

@@ -24,6 +24,24 @@ def _not_a_string(value, name: str, allowed: str) -> None:
         raise TypeError(f"{name}={shown!r} is a string; allowed: {allowed}")
 
 
+def _counts(counts, n_words: int) -> np.ndarray:
+    """``counts`` as int64, one per word: floats that are not whole numbers, NaN and negative
+    values are refused (they were truncated, or raised numpy's bare conversion error)."""
+    arr = np.asarray(counts)
+    if arr.ndim != 1 or len(arr) != n_words:
+        raise ValueError(f"counts has shape {arr.shape}, but there are {n_words} words; allowed: one count per word")
+    if not arr.size:
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "f":
+        wrong = ~np.isfinite(arr) | (arr != np.round(arr)) | (arr < 0)
+    else:
+        wrong = np.ones(arr.shape, bool) if arr.dtype.kind not in "iu" else arr < 0
+    if wrong.any():
+        bad = int(np.flatnonzero(wrong)[0])
+        raise ValueError(f"counts[{bad}] is {arr[bad].item()!r} ({arr.dtype}); allowed: non-negative integers")
+    return arr.astype(np.int64)
+
+
 class Vocabulary:
     """An id <-> word map. Specials come first (``<pad>`` = 0, ``<unk>`` = 1 by default), then
     words by decreasing count, ties broken alphabetically.
@@ -50,14 +68,14 @@ class Vocabulary:
         if len(stoi) != len(itos):
             dup = [w for w, c in Counter(itos).items() if c > 1][:5]
             raise ValueError(f"vocabulary has duplicate entries, e.g. {dup}")
-        if counts is not None and len(counts) != len(words):
-            raise ValueError(f"counts has length {len(counts)}, but there are {len(words)} words")
+        if counts is not None:
+            counts = _counts(counts, len(words))
         self.specials = specials
         self.itos = itos
         self.stoi = stoi
         wc = np.zeros(len(itos), dtype=np.int64)
         if counts is not None:
-            wc[len(specials):] = np.asarray(counts, dtype=np.int64)
+            wc[len(specials):] = counts
         self.counts = wc
 
     # construction -------------------------------------------------------------------------
@@ -66,13 +84,14 @@ class Vocabulary:
                     max_size: int | None = None, specials: Sequence[str] = DEFAULT_SPECIALS) -> "Vocabulary":
         """Keep words with ``count >= min_count``, the ``max_size`` most frequent of them
         (specials not counted), ordered by decreasing count then alphabetically."""
-        if not isinstance(min_count, (int, np.integer)) or min_count < 1:
+        if isinstance(min_count, bool) or not isinstance(min_count, (int, np.integer)) or min_count < 1:
             raise ValueError(f"min_count must be an integer >= 1, got {min_count!r}")
-        if max_size is not None and (not isinstance(max_size, (int, np.integer)) or max_size < 1):
+        if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, (int, np.integer))
+                                     or max_size < 1):
             raise ValueError(f"max_size must be None or an integer >= 1, got {max_size!r}")
-        counts = np.asarray(counts, dtype=np.int64)
-        if len(counts) != len(words):
-            raise ValueError(f"{len(words)} words but {len(counts)} counts")
+        _not_a_string(words, "words", "a sequence of words")
+        words = list(words)
+        counts = _counts(counts, len(words))
         words_arr = np.asarray(words, dtype=object)
         keep = np.flatnonzero(counts >= min_count)
         special_set = set(specials)
