@@ -108,3 +108,19 @@ def test_svd_embeddings_input():
     assert direct.spearman == pytest.approx(via_kv.spearman)
     with pytest.raises(TypeError, match="KeyedVectors"):
         evaluate_similarity([1, 2, 3], pairs)
+
+
+def test_non_finite_scores_and_vectors_are_refused_not_correlated(tmp_path):
+    """A 'nan' score parsed as float('nan') and made spearman/pearson NaN; a NaN word vector gave a
+    NaN cosine that spearmanr ranked as a number (a plausible-looking, wrong correlation)."""
+    vectors = {"a": np.array([1.0, 0.0]), "b": np.array([1.0, 0.2]), "c": np.array([0.0, 1.0])}
+    pairs = [("a", "b", 9.0), ("a", "c", 1.0), ("b", "c", 2.0)]
+    assert evaluate_similarity(vectors, pairs).n_found == 3
+    path = tmp_path / "pairs.tsv"
+    path.write_text("a\tb\t9\na\tc\tnan\nb\tc\t2\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"pairs.tsv, line 2: the score 'nan' is not a finite number"):
+        evaluate_similarity(vectors, str(path))
+    with pytest.raises(ValueError, match=r"pair 1 \('a', 'c'\) of 'pairs' has the score inf"):
+        evaluate_similarity(vectors, [("a", "b", 9.0), ("a", "c", float("inf")), ("b", "c", 2.0)])
+    with pytest.raises(ValueError, match=r"the vector of 'c' contains NaN or inf"):
+        evaluate_similarity({**vectors, "c": np.array([np.nan, 1.0])}, pairs)

@@ -10,6 +10,7 @@ vocabularies are therefore only comparable together with ``n_found``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 
@@ -75,6 +76,8 @@ def _parse_pairs(lines, source: str) -> tuple[list[str], list[str], list[float]]
             raise ValueError(
                 f"{source}, line {line_no}: expected 'word1<TAB>word2<TAB>score', got {line!r}"
             ) from None
+        if not math.isfinite(value):  # a NaN score made both correlations NaN
+            raise ValueError(f"{source}, line {line_no}: the score {s!r} is not a finite number")
         w1.append(a)
         w2.append(b)
         score.append(value)
@@ -179,6 +182,10 @@ def evaluate_similarity(vectors, name_or_pairs="wordsim353", lowercase: bool = T
             tuple(t[1] for t in triples),
             np.asarray([float(t[2]) for t in triples], dtype=np.float64),
         )
+    if not np.isfinite(data.score).all():  # a NaN score made both correlations NaN
+        bad = int(np.flatnonzero(~np.isfinite(data.score))[0])
+        raise ValueError(f"pair {bad} ({data.word1[bad]!r}, {data.word2[bad]!r}) of {data.name!r} has the score "
+                         f"{float(data.score[bad])!r}; scores must be finite numbers")
 
     matrix, keys = _vocabulary(vectors)
     fold = str.lower if lowercase else (lambda w: w)
@@ -199,6 +206,11 @@ def evaluate_similarity(vectors, name_or_pairs="wordsim353", lowercase: bool = T
 
     a = np.asarray(matrix[i1[found]], dtype=np.float64)
     b = np.asarray(matrix[i2[found]], dtype=np.float64)
+    for rows, idx in ((a, i1[found]), (b, i2[found])):  # a NaN cosine was ranked as if it were a number
+        bad = ~np.isfinite(rows).all(axis=1)
+        if bad.any():
+            raise ValueError(f"the vector of {keys[int(idx[np.argmax(bad)])]!r} contains NaN or inf; "
+                             "word vectors must be finite")
     norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
     dots = np.einsum("ij,ij->i", a, b)
     cosine = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
