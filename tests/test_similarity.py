@@ -124,3 +124,21 @@ def test_non_finite_scores_and_vectors_are_refused_not_correlated(tmp_path):
         evaluate_similarity(vectors, [("a", "b", 9.0), ("a", "c", float("inf")), ("b", "c", 2.0)])
     with pytest.raises(ValueError, match=r"the vector of 'c' contains NaN or inf"):
         evaluate_similarity({**vectors, "c": np.array([np.nan, 1.0])}, pairs)
+
+
+def test_dataset_file_with_byte_order_mark_or_another_encoding_or_missing(tmp_path):
+    """A UTF-8 byte-order mark (Excel, Notepad) became part of the first word, so that pair was
+    silently out of vocabulary; a Latin-1 file raised a bare UnicodeDecodeError without the file;
+    a missing path was reported only as an unknown dataset name."""
+    vectors = {"a": np.array([1.0, 0.0]), "b": np.array([1.0, 0.2]), "c": np.array([0.0, 1.0])}
+    path = tmp_path / "pairs.tsv"
+    path.write_bytes("\ufeffa\tb\t9\na\tc\t1\nb\tc\t2\n".encode("utf-8"))
+    assert load_similarity_dataset(str(path)).word1 == ("a", "a", "b")
+    assert evaluate_similarity(vectors, str(path)).n_found == 3
+    path.write_bytes("caf\xe9\tb\t9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"pairs.tsv: not UTF-8 .*re-encode the file as UTF-8"):
+        load_similarity_dataset(str(path))
+    with pytest.raises(ValueError, match=r"'.*missing.tsv' \(no such file\); valid names"):
+        evaluate_similarity(vectors, str(tmp_path / "missing.tsv"))
+    with pytest.raises(ValueError, match=r"\(a directory, not a file\)"):
+        evaluate_similarity(vectors, str(tmp_path))

@@ -104,12 +104,17 @@ def load_similarity_dataset(name: str) -> SimilarityDataset:
     elif os.path.isfile(name):
         path = name
     else:
+        looks_like_path = os.sep in name or "/" in name or os.path.splitext(name)[1]
+        why = " (a directory, not a file)" if os.path.isdir(name) else " (no such file)" if looks_like_path else ""
         raise ValueError(
-            f"Unknown similarity dataset {name!r}; valid names are "
+            f"Unknown similarity dataset {name!r}{why}; valid names are "
             f"{sorted(SIMILARITY_DATASETS)}, or the path of a tab-separated pairs file."
         )
-    with open(path, encoding="utf-8") as fh:
-        w1, w2, score = _parse_pairs(fh, str(path))
+    try:  # utf-8-sig: a byte-order mark once became part of the first word, silently out of vocabulary
+        with open(path, encoding="utf-8-sig") as fh:
+            w1, w2, score = _parse_pairs(fh, str(path))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 ({exc.reason}); re-encode the file as UTF-8") from None
     return SimilarityDataset(str(name), tuple(w1), tuple(w2), np.asarray(score, dtype=np.float64))
 
 
