@@ -195,3 +195,15 @@ def test_sparse_formats_without_a_flat_data_array_still_reach_the_svd():
     for fmt in (sp.lil_array, sp.dok_array, sp.csr_array):
         _, s, _ = truncated_svd(fmt(X), 2)
         assert_allclose(s, [5.0, 4.0])
+
+
+@pytest.mark.parametrize("algorithm", ["arpack", "randomized"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_an_all_zero_matrix_gives_zero_vectors_with_either_algorithm(algorithm, sparse):
+    """ARPACK raised ArpackError 'Starting vector is zero' on an all-zero matrix (e.g. the PPMI of a
+    small corpus with a large neg); the randomized solver already gave zeros."""
+    X = sp.csr_array((5, 5)) if sparse else np.zeros((5, 5))
+    model = SVDEmbeddings(dim=2, algorithm=algorithm).fit(X)
+    assert model.vectors_.shape == (5, 2) and not model.vectors_.any()
+    assert not model.singular_values_.any() and model.components_.shape == (2, 5)
+    assert not model.transform(X).any()

@@ -66,6 +66,10 @@ def truncated_svd(X, dim: int, algorithm: str = "arpack", random_state=0, dtype=
             f"dim must be an integer with 1 <= dim < min(X.shape) = {min(m, n)} "
             f"(X has shape {X.shape}), got {dim!r}."
         )
+    if not np.any(values):
+        # X = 0: every singular value is 0 and every U Σ, V Σ is 0. ARPACK raised "Starting vector
+        # is zero" here (e.g. on ppmi(counts, neg=5) of a small corpus, which can clip to all zeros).
+        return np.zeros((m, dim)), np.zeros(dim), np.zeros((dim, n))
     if algorithm == "arpack":
         # A seeded start vector makes ARPACK reproducible without depending on svds'
         # random_state/rng keyword, which differs across SciPy versions.
