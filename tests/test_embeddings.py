@@ -207,3 +207,17 @@ def test_an_all_zero_matrix_gives_zero_vectors_with_either_algorithm(algorithm, 
     assert model.vectors_.shape == (5, 2) and not model.vectors_.any()
     assert not model.singular_values_.any() and model.components_.shape == (2, 5)
     assert not model.transform(X).any()
+
+
+def test_inputs_of_the_wrong_kind_are_refused_by_name():
+    """truncated_svd on a list of rows raised AttributeError ('list' object has no attribute 'shape')
+    and on a 1-D array 'not enough values to unpack'; words='abc' was split into characters."""
+    u, s, vt = truncated_svd([[3.0, 0.0], [0.0, 1.0], [0.0, 0.0]], 1)
+    assert_allclose(s, [3.0])
+    with pytest.raises(ValueError, match=r"X must be a 2-D matrix .*shape \(3,\)"):
+        truncated_svd(np.ones(3), 1)
+    X = np.diag([3.0, 2.0, 1.0])
+    with pytest.raises(TypeError, match="words='abc' is a string"):
+        SVDEmbeddings(dim=1).fit(X, words="abc")
+    with pytest.raises(TypeError, match="words='abc' is a string"):
+        SVDEmbeddings(dim=1).fit(X).to_keyed_vectors("abc")

@@ -23,6 +23,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted
 
+from distattn.corpus.vocabulary import _not_a_string
 from distattn.memory import check_memory
 
 __all__ = ["SVDEmbeddings", "truncated_svd"]
@@ -53,6 +54,10 @@ def truncated_svd(X, dim: int, algorithm: str = "arpack", random_state=0, dtype=
         raise ValueError(f"algorithm must be one of {_ALGORITHMS}, got {algorithm!r}.")
     if np.dtype(dtype) not in (np.float32, np.float64):
         raise ValueError(f"dtype must be float32 or float64, got {np.dtype(dtype)}.")
+    if not sp.issparse(X):
+        X = np.asarray(X)          # a list of rows raised AttributeError ('list' has no 'shape')
+    if X.ndim != 2:
+        raise ValueError(f"X must be a 2-D matrix (n_words, n_contexts); got an array of shape {X.shape}.")
     values = (X if X.format in ("csr", "csc", "coo") else sp.csr_array(X)).data if sp.issparse(X) else np.asarray(X)
     if not np.all(np.isfinite(values)):              # ARPACK/LAPACK would fail with an opaque error
         raise ValueError("X contains NaN or inf; the SVD needs finite values.")
@@ -236,6 +241,7 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
                 f"wc=True adds word and context vectors, so X must be square; got shape {X.shape}."
             )
         if words is not None:
+            _not_a_string(words, "words", "a sequence with one word per row of X")
             words = list(words)
             if len(words) != n_words:
                 raise ValueError(f"words has {len(words)} entries but X has {n_words} rows.")
@@ -315,6 +321,7 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
             words = self.words_
         if words is None:
             raise ValueError("to_keyed_vectors needs words: pass them here or to fit(X, words).")
+        _not_a_string(words, "words", "a sequence with one word per row")
         words = list(words)
         n_words = self.vectors_.shape[0]
         if len(words) != n_words:
