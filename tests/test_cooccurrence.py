@@ -155,3 +155,14 @@ def test_imdb_counts_match_reference_on_a_sample(imdb_tokenized):
     ref = reference_cooccurrence(list(enc.tokens), len(vocab), 10, "harmonic", True, "drop")
     assert_same(S, ref)
     assert S.nnz > 10_000
+
+
+def test_empty_inputs_without_vocab_size_are_empty_corpus_errors():
+    """Without vocab_size, [[], []] or all-OOV ids were reported as 'vocab_size must be a positive
+    integer, got 0', blaming an argument the caller never passed; vocab_size=True was read as 1."""
+    with pytest.raises(EmptyCorpusError, match="2 documents but no in-vocabulary tokens"):
+        cooccurrence([[], []], window=2)
+    with pytest.raises(EmptyCorpusError, match="no in-vocabulary tokens"):
+        cooccurrence([[-1, -1]], window=2)
+    with pytest.raises(ValueError, match="vocab_size must be a positive integer, got True"):
+        cooccurrence([[0, 0]], True, window=2)

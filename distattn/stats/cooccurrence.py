@@ -59,8 +59,11 @@ def as_ragged(docs, vocab_size: int | None = None) -> tuple[RaggedIds, int, int]
         raise EmptyCorpusError("the corpus is empty: no documents")
     ids = ragged.ids
     if vocab_size is None:
-        vocab_size = int(ids.max()) + 1 if len(ids) else 0
-    if not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
+        if not len(ids) or ids.max() < 0:    # was reported as "vocab_size must be a positive integer, got 0"
+            raise EmptyCorpusError(f"the corpus has {len(ragged)} documents but no in-vocabulary tokens "
+                                   "(all documents are empty or out of vocabulary)")
+        vocab_size = int(ids.max()) + 1
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
         raise ValueError(f"vocab_size must be a positive integer, got {vocab_size!r}")
     if len(ids) and ids.max() >= vocab_size:
         raise ValueError(f"token id {int(ids.max())} is out of range for vocab_size={vocab_size} "
