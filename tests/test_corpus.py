@@ -427,3 +427,15 @@ def test_vocabulary_counts_and_limits_of_the_wrong_kind_are_refused(make, error,
     with pytest.raises(error, match=message):
         make()
     assert Vocabulary.from_counts(["a", "b"], np.array([2.0, 3.0])).words == ["b", "a"]   # whole floats are counts
+
+
+def test_truncate_and_sample_refuse_non_integer_sizes():
+    """truncate(1.5) failed inside RaggedIds with 'offsets must start at 0, end at len(ids)...',
+    and sample(1.5) with numpy's 'expected a sequence of integers'."""
+    tc = tokenize_corpus(["the cat sat", "the dog", "a cat"], cache=False)
+    enc = tc.encode(tc.vocabulary())
+    with pytest.raises(ValueError, match=r"max_len must be an integer >= 0, got 1.5"):
+        enc.truncate(1.5)
+    with pytest.raises(ValueError, match=r"n must be an integer >= 0, got 1.5"):
+        tc.sample(1.5)
+    assert enc.truncate(np.int64(1)).n_tokens == 3 and len(tc.sample(2)) == 2

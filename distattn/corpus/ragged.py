@@ -100,8 +100,8 @@ class RaggedIds:
 
     def truncate(self, max_len: int) -> "RaggedIds":
         """Keep at most the first ``max_len`` tokens of each document."""
-        if max_len < 0:
-            raise ValueError(f"max_len must be >= 0, got {max_len}")
+        if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or max_len < 0:
+            raise ValueError(f"max_len must be an integer >= 0, got {max_len!r}")
         starts = self.offsets[:-1]
         lengths = np.minimum(self.lengths, max_len)
         return RaggedIds(self.ids[_gather_index(starts, lengths)], _offsets(lengths))

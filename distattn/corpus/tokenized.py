@@ -108,8 +108,8 @@ class _SubsetMixin:
 
     def sample(self, n: int, seed: int = 0):
         """``n`` documents drawn without replacement (kept in corpus order)."""
-        if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(f"n must be an integer >= 0, got {n!r}")
         n = min(n, len(self))
         rng = np.random.default_rng(seed)
         return self.take(np.sort(rng.choice(len(self), size=n, replace=False)))
