@@ -116,6 +116,9 @@ def test_encoded_corpus_unk_is_oov():
     ({"weighting": "linear"}, "weighting='linear' is not one of"),
     ({"oov": "keep"}, "oov='keep' is not one of"),
     ({"backend": "spark"}, "backend='spark'"),
+    ({"symmetric": "no"}, "symmetric must be True or False, got 'no'"),        # once truthy: the symmetric S
+    ({"per_offset": 1}, "per_offset must be True or False, got 1"),
+    ({"chunk_tokens": 2.5}, "chunk_tokens must be an integer >= 1, got 2.5"),   # once accepted
 ])
 def test_bad_options(kw, match):
     with pytest.raises(ValueError, match=match):

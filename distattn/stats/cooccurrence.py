@@ -126,6 +126,9 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
     scipy.sparse.csr_array of float64, shape (n, n), or a list of ``window`` of them.
     """
     _validate(window, weighting, oov, n_jobs)
+    for name, flag in (("symmetric", symmetric), ("per_offset", per_offset)):
+        if not isinstance(flag, (bool, np.bool_)):       # symmetric="no" is a non-empty string: it was True
+            raise ValueError(f"{name} must be True or False, got {flag!r}")
     if backend not in ("numpy", "dask"):
         raise ValueError(f"backend={backend!r} is not one of ('numpy', 'dask')")
     ragged, vocab_size, oov_id = as_ragged(docs, vocab_size)
@@ -151,8 +154,8 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
 
 def split_documents(ragged: RaggedIds, chunk_tokens: int) -> list[tuple[int, int]]:
     """Consecutive document ranges of about ``chunk_tokens`` tokens each."""
-    if chunk_tokens < 1:
-        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, (int, np.integer)) or chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be an integer >= 1, got {chunk_tokens!r}")
     offsets = ragged.offsets
     bounds = np.searchsorted(offsets, np.arange(chunk_tokens, offsets[-1], chunk_tokens), side="left")
     bounds = np.unique(np.concatenate(([0], bounds, [len(ragged)])))
