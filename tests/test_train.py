@@ -567,3 +567,49 @@ def test_resuming_an_lm_run_with_another_eval_cap_is_refused(tmp_path):
     with pytest.raises(CheckpointMismatchError, match=r"task\.max_eval_sequences: checkpoint 4, this run 8"):
         run(8)
     assert run(4)["summary"]["steps"] > 0                     # the same cap still resumes (here: returns)
+
+
+DDP_NAN_SCRIPT = textwrap.dedent("""
+    import os, sys, numpy as np, torch
+    torch.set_num_threads(1)
+    from distattn.models import TransformerLM, LMConfig
+    from distattn.train import LMData, LMTask, Trainer, TrainConfig, seed_everything, setup_distributed
+    out = sys.argv[1]
+    rank, world, _ = setup_distributed()
+
+    class PoisonedOnRank1(LMTask):
+        # the loss of rank 1's last step of epoch 1 is NaN: only that rank's running loss is non-finite
+        calls = 0
+        def loss(self, model, batch):
+            PoisonedOnRank1.calls += 1
+            value = super().loss(model, batch)
+            return value * float("nan") if rank == 1 and PoisonedOnRank1.calls == LAST else value
+
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(2, 30, rng.integers(5, 20)) for _ in range(40)]
+    seed_everything(0)
+    task = PoisonedOnRank1(LMData(docs, seq_len=8))
+    LAST = len(task.plan(8, 0, 0, rank, world))
+    model = TransformerLM(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2, max_len=8))
+    cfg = TrainConfig(epochs=2, batch_size=8, lr=3e-3, warmup_steps=2, device="cpu", progress=False)
+    try:
+        Trainer(model, task, cfg, out_dir=out + "/run").fit()
+    except FloatingPointError as exc:
+        open(f"{out}/rank{rank}.err", "w").write(str(exc))
+        raise
+""")
+
+
+def test_ddp_ranks_stop_together_when_one_rank_diverges(tmp_path):
+    """Each rank checks its own running loss: when one rank's last step before a flush was NaN, the
+    other rank once went on and saved checkpoint.pt (NaN weights: the all-reduce had spread them) and
+    metrics.json."""
+    script = tmp_path / "nan_ddp.py"
+    script.write_text(DDP_NAN_SCRIPT)
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        str(script), str(tmp_path)], env=_run_env(), timeout=180, capture_output=True, text=True)
+    assert r.returncode != 0
+    assert (tmp_path / "rank1.err").read_text().startswith("the training loss became nan by step")
+    assert (tmp_path / "rank0.err").read_text().startswith("the training loss became non-finite on another rank")
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()           # nothing saved after the NaN step
+    assert not (tmp_path / "run" / "metrics.json").exists()

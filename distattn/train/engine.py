@@ -392,9 +392,16 @@ class Trainer:
         def flush_loss():
             nonlocal run_loss
             value = float(run_loss)       # the sync this flush always had; no per-step check is added
-            if not math.isfinite(value):  # refuse before a checkpoint or metrics.json records NaN weights
+            diverged = not math.isfinite(value)
+            if world > 1:                 # every rank flushes here: they stop together (one rank's NaN
+                flag = torch.tensor([float(diverged)],     # step poisons all weights through the all-reduce)
+                                    device=device if dist.get_backend() == "nccl" else "cpu")
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                diverged = bool(flag.item())
+            if diverged:                  # refuse before a checkpoint or metrics.json records NaN weights
                 raise FloatingPointError(
-                    f"the training loss became {value} by step {state.step} (epoch {state.epoch + 1}); nothing was "
+                    f"the training loss became {value if not math.isfinite(value) else 'non-finite on another rank'} "
+                    f"by step {state.step} (epoch {state.epoch + 1}); nothing was "
                     f"saved since the last checkpoint. Lower lr (now {cfg.lr!r}), set grad_clip (now "
                     f"{cfg.grad_clip!r}) or check the inputs")
             state.loss_sum += value
