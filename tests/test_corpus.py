@@ -439,3 +439,20 @@ def test_truncate_and_sample_refuse_non_integer_sizes():
     with pytest.raises(ValueError, match=r"n must be an integer >= 0, got 1.5"):
         tc.sample(1.5)
     assert enc.truncate(np.int64(1)).n_tokens == 3 and len(tc.sample(2)) == 2
+
+
+def test_a_corpus_of_ones_own_keeps_words_of_any_script(tmp_path):
+    """The seed's ASCII pattern, once the default for every corpus, cut 'café' to 'caf' and 'été'
+    to 't' in a text corpus, silently. A text corpus (or a plain list) now gets words of any script;
+    IMDB keeps the seed's tokenizer, with which every IMDB figure was measured."""
+    from distattn.corpus import ImdbCorpus, RegexTokenizer, TextCorpus, tokenize_corpus, unicode_tokenizer
+    path = tmp_path / "fr.txt"
+    path.write_text("Un café naïf, l'été à Zürich\nplain ascii words it's fine\n", encoding="utf-8")
+    def words(tc, i):
+        return [tc.types[t] for t in tc.tokens[i]]
+    tc = tokenize_corpus(TextCorpus(path), cache=tmp_path / "cache")
+    assert words(tc, 0) == ["un", "café", "naïf", "l'été", "à", "zürich"]
+    assert words(tc, 1) == RegexTokenizer()("plain ascii words it's fine")     # ASCII: the same tokens
+    assert words(tokenize_corpus(["Ça va"], cache=False), 0) == ["ça", "va"]
+    assert TextCorpus(path).default_tokenizer().config() == unicode_tokenizer().config()
+    assert ImdbCorpus.default_tokenizer(None).config() == RegexTokenizer().config()

@@ -13,7 +13,8 @@ from distattn.corpus.imdb import (ArchiveNotFoundError, CorruptArchiveError, Imd
 from distattn.corpus.ragged import RaggedIds
 from distattn.corpus.registry import UnknownCorpusError, available_corpora, get_corpus, register_corpus
 from distattn.corpus.text import TextCorpus
-from distattn.corpus.tokenize import RegexTokenizer, SeedLiteralTokenizer, WhitespaceTokenizer, default_tokenizer
+from distattn.corpus.tokenize import (RegexTokenizer, SeedLiteralTokenizer, WhitespaceTokenizer, default_tokenizer,
+                                      unicode_tokenizer)
 from distattn.corpus.tokenized import (DocumentTable, EmptyCorpusError, EncodedCorpus, TokenizedCorpus,
                                        tokenize_corpus)
 from distattn.corpus.vocabulary import PAD, UNK, Vocabulary
@@ -22,6 +23,6 @@ __all__ = [
     "NO_LABEL", "Corpus", "Document", "DownloadError", "download", "sha256_file", "ArchiveNotFoundError",
     "CorruptArchiveError", "ImdbCorpus", "fetch_imdb", "find_imdb_archive", "read_imdb_archive", "RaggedIds",
     "UnknownCorpusError", "available_corpora", "get_corpus", "register_corpus", "TextCorpus", "RegexTokenizer",
-    "WhitespaceTokenizer", "SeedLiteralTokenizer", "default_tokenizer", "DocumentTable", "EmptyCorpusError", "EncodedCorpus",
+    "WhitespaceTokenizer", "SeedLiteralTokenizer", "default_tokenizer", "unicode_tokenizer", "DocumentTable", "EmptyCorpusError", "EncodedCorpus",
     "TokenizedCorpus", "tokenize_corpus", "PAD", "UNK", "Vocabulary",
 ]

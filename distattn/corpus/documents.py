@@ -32,3 +32,9 @@ class Corpus:
 
     def fingerprint(self) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def default_tokenizer(self):
+        """The tokenizer :func:`~distattn.corpus.tokenize_corpus` uses when given none: words of any
+        script (:func:`~distattn.corpus.tokenize.unicode_tokenizer`); IMDB overrides it with the seed's."""
+        from distattn.corpus.tokenize import unicode_tokenizer
+        return unicode_tokenizer()

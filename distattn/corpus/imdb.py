@@ -152,6 +152,12 @@ class ImdbCorpus(Corpus):
             self._path = fetch_imdb(self.data_dir, self.download, progress=self.progress)
         return self._path
 
+    def default_tokenizer(self):
+        """The seed's tokenizer (ASCII words, :func:`~distattn.corpus.tokenize.default_tokenizer`),
+        as every IMDB figure of this toolkit was measured with."""
+        from distattn.corpus.tokenize import default_tokenizer
+        return default_tokenizer()
+
     def fingerprint(self) -> dict:
         if self._sha is None:
             self._sha = sha256_file(self.path)

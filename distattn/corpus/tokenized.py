@@ -23,7 +23,7 @@ import numpy as np
 from distattn.atomic import atomic_dir, config_hash
 from distattn.corpus.documents import Corpus, Document
 from distattn.corpus.ragged import RaggedIds
-from distattn.corpus.tokenize import default_tokenizer, tokenize_to_bytes, tokenizer_config
+from distattn.corpus.tokenize import tokenize_to_bytes, tokenizer_config, unicode_tokenizer
 from distattn.corpus.vocabulary import DEFAULT_SPECIALS, Vocabulary, _not_a_string
 from distattn.paths import cache_dir
 
@@ -240,7 +240,9 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
     """Tokenize a corpus, reading it from the on-disk cache when the same corpus fingerprint
     and tokenizer config were tokenized before.
 
-    ``tokenizer``: a callable ``str -> list[str]``; default :func:`default_tokenizer`. Only a
+    ``tokenizer``: a callable ``str -> list[str]``; default: the corpus's ``default_tokenizer()``
+    (IMDB: the seed's ASCII words, :func:`default_tokenizer`), else words of any script
+    (:func:`~distattn.corpus.tokenize.unicode_tokenizer`). Only a
     tokenizer with a ``config()`` method (:class:`RegexTokenizer`, :class:`WhitespaceTokenizer`,
     :class:`SeedLiteralTokenizer`, or your own class returning a JSON-able dict that changes when
     its output would) is cached: a plain function or lambda is tokenized afresh every time.
@@ -248,7 +250,8 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
     """
     _not_a_string(corpus, "corpus", "a Corpus, e.g. get_corpus('text', path=...), or a list of strings or "
                                     "Documents (a string would be read as one document per character)")
-    tokenizer = tokenizer or default_tokenizer()
+    if tokenizer is None:       # the corpus's own (IMDB: the seed's ASCII words), else words of any script
+        tokenizer = corpus.default_tokenizer() if hasattr(corpus, "default_tokenizer") else unicode_tokenizer()
     if not callable(tokenizer):
         raise TypeError(f"tokenizer={tokenizer!r} is not callable; allowed: a callable str -> list[str], e.g. "
                         "RegexTokenizer() or WhitespaceTokenizer()")
