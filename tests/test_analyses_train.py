@@ -59,33 +59,22 @@ def test_train_imdb_recipes_run_and_the_two_stage_mlm_resumes(what, imdb_archive
         assert before[d]["steady_tokens_per_s"] is not None and after["steady_tokens_per_s"] is None
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--checkpoint-every", "-2"], "argument --checkpoint-every: got -2; allowed: an integer >= 0"),
-    (["--epochs", "0"], "argument --epochs: got 0; allowed: an integer >= 1"),    # once read as "the default 5"
-    (["--seed", "-1"], "argument --seed: got -1; allowed: an integer >= 0"),
-    (["--max-len", "x"], "argument --max-len: got 'x'; allowed: an integer >= 1"),
-    (["--positional", "alibi"], "argument --positional: invalid choice: 'alibi'"),
-    (["--d-model", "32", "--layers", "1"],                  # once silently ignored: the seed's d=256 model trained
+@pytest.mark.parametrize("recipe, args, message", [
+    ("seed", ["--checkpoint-every", "-2"], "argument --checkpoint-every: got -2; allowed: an integer >= 0"),
+    ("seed", ["--epochs", "0"], "argument --epochs: got 0; allowed: an integer >= 1"),    # once read as "the default 5"
+    ("seed", ["--seed", "-1"], "argument --seed: got -1; allowed: an integer >= 0"),
+    ("seed", ["--max-len", "x"], "argument --max-len: got 'x'; allowed: an integer >= 1"),
+    ("seed", ["--positional", "alibi"], "argument --positional: invalid choice: 'alibi'"),
+    ("seed", ["--d-model", "32", "--layers", "1"],          # once silently ignored: the seed's d=256 model trained
      "conflicting options: --layers, --d-model are not used by the seed recipe"),
-    (["--finetune-epochs", "2"], "conflicting options: --finetune-epochs is not used by the seed recipe"),
+    ("seed", ["--finetune-epochs", "2"], "conflicting options: --finetune-epochs is not used by the seed recipe"),
+    # once a model error about n_heads=2, a count the user never chose, after tokenizing IMDB
+    ("lm", ["--d-model", "129"], "--d-model 129 is not divisible by 2 heads (the default d_model // 64); choose --heads"),
+    ("lm", ["--d-model", "96", "--heads", "5"], "--d-model 96 is not divisible by 5 heads (--heads)"),
 ])
-def test_train_imdb_refuses_bad_arguments_before_reading_data(tmp_path, args, message):
+def test_train_imdb_refuses_bad_arguments_before_reading_data(tmp_path, recipe, args, message):
     env = dict(os.environ, DISTATTN_DATA_DIR=str(tmp_path / "no-data"), DISTATTN_CACHE_DIR=str(tmp_path / "cache"))
-    res = subprocess.run([sys.executable, str(SCRIPT), "seed", "--out", str(tmp_path / "x"), *args],
-                         capture_output=True, text=True, timeout=60, env=env)
-    assert res.returncode == 2 and message in res.stderr, res.stderr[-2000:]
-    assert not (tmp_path / "x").exists() and not (tmp_path / "cache").exists()
-
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--d-model", "129"], "--d-model 129 is not divisible by 2 heads (the default d_model // 64); choose --heads"),
-    (["--d-model", "96", "--heads", "5"], "--d-model 96 is not divisible by 5 heads (--heads)"),
-])
-def test_train_imdb_lm_names_the_head_count_it_cannot_use(tmp_path, args, message):
-    """Once a model error about n_heads=2, a count the user never chose, after tokenizing IMDB."""
-    env = dict(os.environ, DISTATTN_DATA_DIR=str(tmp_path / "no-data"), DISTATTN_CACHE_DIR=str(tmp_path / "cache"))
-    res = subprocess.run([sys.executable, str(SCRIPT), "lm", "--out", str(tmp_path / "x"), *args],
+    res = subprocess.run([sys.executable, str(SCRIPT), recipe, "--out", str(tmp_path / "x"), *args],
                          capture_output=True, text=True, timeout=60, env=env)
     assert res.returncode == 2 and message in res.stderr, res.stderr[-2000:]
     assert not (tmp_path / "x").exists() and not (tmp_path / "cache").exists()
