@@ -360,6 +360,27 @@ def test_lm_loss_refuses_misshapen_targets_and_gives_zero_without_targets():
     assert loss.item() == 0.0
 
 
+
+def test_lm_loss_refuses_a_mask_or_out_of_range_ids_as_targets():
+    """lm(ids, attention_mask), the habit of another library, once trained on the 0/1 mask as next
+    tokens (a bool mask too); -100, another library's ignore index, gave torch's bare out-of-bounds error."""
+    lm = tiny_lm()
+    ids = torch.randint(2, V, (2, 6))
+    with pytest.raises(TypeError, match="targets must be integer token ids .* got torch.bool. An attention mask"):
+        lm(ids, torch.ones(2, 6, dtype=torch.bool))
+    with pytest.raises(TypeError, match="got torch.float32"):
+        lm(ids, torch.ones(2, 6))
+    bad = ids.clone()
+    bad[0, 0] = -100
+    with pytest.raises(ValueError, match=r"target -100 is outside \[0, vocab_size=50\) and is not the ignore index -1"):
+        lm(ids, bad)
+    bad[0, 0] = V
+    with pytest.raises(ValueError, match=f"target {V} is outside"):
+        lm(ids, bad)
+    _, loss32 = lm(ids, ids.to(torch.int32))                   # int32 ids work like int64
+    torch.testing.assert_close(loss32, lm(ids, ids)[1])
+
+
 def test_attention_masks_mean_what_they_say():
     """MultiHeadSelfAttention(x, key_mask.float()) once passed the 0/1 floats to the fused kernel as an
     *additive* bias (no key masked at all) and a (B, T') mask failed with torch's 'The size of tensor a (5)

@@ -37,6 +37,15 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if targets.shape != logits.shape[:-1]:
         raise ValueError(f"targets have shape {tuple(targets.shape)}; logits {tuple(logits.shape)} need targets of "
                          f"shape {tuple(logits.shape[:-1])}")
+    if targets.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"targets must be integer token ids (int64; {IGNORE_INDEX} to ignore); got {targets.dtype}. "
+                        "An attention mask? A language model's second argument is the targets")
+    if targets.device.type == "cpu" and targets.numel() and not torch.compiler.is_compiling():
+        lo, hi = int(targets.min()), int(targets.max())      # on the CPU reading them costs no sync
+        if lo < IGNORE_INDEX or hi >= logits.shape[-1]:
+            raise ValueError(f"target {lo if lo < IGNORE_INDEX else hi} is outside [0, vocab_size={logits.shape[-1]}) "
+                             f"and is not the ignore index {IGNORE_INDEX} (not -100: that is another library's)")
+    targets = targets.long()
     flat = targets.reshape(-1)
     total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), flat, ignore_index=IGNORE_INDEX,
                             reduction="sum")
