@@ -297,3 +297,17 @@ def test_capture_keeps_the_masked_positions_and_bad_positions_are_named():
         model(ids, torch.full((2, 2), -1), targets)
     with pytest.raises(TypeError, match="positions must be int64 or int32; got torch.float32"):
         model(ids, torch.zeros(2, 2), targets)
+
+
+def test_data_with_another_mask_id_than_the_model_is_refused():
+    """MaskedLMData's [MASK] id was never compared with the model's: data built with another id (a
+    valid word of the model's vocabulary) trained without a word of warning."""
+    model = tiny_mlm()                                    # mask token V
+    docs = [np.tile([2, 3, 4, 5], 6) for _ in range(40)]
+    data = MaskedLMData(docs, seq_len=16, mask_id=V - 1)
+    with pytest.raises(ValueError, match=f"the train data's mask_id={V - 1} is not the model's mask token {V}"):
+        Trainer(model, MaskedLMTask(data), quiet(epochs=1, batch_size=16)).fit()
+    good = MaskedLMData(docs, seq_len=16, mask_id=V)
+    bad_val = MaskedLMData(docs[:20], seq_len=16, mask_id=V - 1)
+    with pytest.raises(ValueError, match=f"the val data's mask_id={V - 1}"):
+        MaskedLMTask(good, {"val": bad_val}).evaluate(model, torch.device("cpu"))

@@ -127,11 +127,26 @@ class MaskedLMTask(LMTask):
         n = len(self.train)
         return self.train.batch(index % n, epoch=int(index[0] // n))
 
+    def _check_mask_id(self, model) -> None:
+        """The data's [MASK] id must be the model's: another id (a valid word) trained silently."""
+        if getattr(self, "_checked", None) is model:
+            return
+        raw = getattr(model, "module", model)                  # DDP
+        raw = getattr(raw, "_orig_mod", raw)                   # torch.compile
+        token = getattr(getattr(raw, "config", None), "mask_token", None)
+        for name, data in [("train", self.train), *self.eval_sets.items()]:
+            if token is not None and getattr(data, "mask_id", token) != token:
+                raise ValueError(f"the {name} data's mask_id={data.mask_id} is not the model's mask token "
+                                 f"{token}; build MaskedLMData with mask_id=model.config.mask_token")
+        self._checked = model
+
     def loss(self, model, batch):
+        self._check_mask_id(model)
         return model(batch["ids"], batch["positions"], batch["targets"])[1]
 
     @in_eval_mode
     def evaluate(self, model, device, autocast=contextlib.nullcontext) -> dict:
+        self._check_mask_id(model)
         out = {}
         for name, data in self.eval_sets.items():
             n = len(data) if self.max_eval_sequences is None else min(len(data), self.max_eval_sequences)
