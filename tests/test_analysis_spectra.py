@@ -310,7 +310,7 @@ def test_subspace_helpers_refuse_non_finite_bases():
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="U1 and U2 must be finite"):
         principal_angles(bad, U)
-    with pytest.raises(ValueError, match="left and right must be finite"):
+    with pytest.raises(ValueError, match="left must be finite; it holds NaN or inf"):
         factored_svd(bad, U)
     np.testing.assert_allclose(principal_angles(U, U), [0.0, 0.0], atol=1e-7)
 

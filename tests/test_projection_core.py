@@ -331,11 +331,11 @@ def test_attention_from_scores_refuses_nan_instead_of_returning_it():
         softmax_rows(3.0)
     np.testing.assert_allclose(softmax_rows([[-np.inf, 0.0]]), [[0.0, 1.0]])     # a masked entry is fine
     for normalization in ("none", "row", "softmax"):
-        with pytest.raises(ValueError, match="M contains NaN or inf"):
+        with pytest.raises(ValueError, match="M must be finite; it holds NaN or inf"):
             attention_weights(bad, normalization)
-        with pytest.raises(ValueError, match="M contains NaN or inf"):
+        with pytest.raises(ValueError, match="M must be finite; it holds NaN or inf"):
             causal_weights(bad, normalization)
-        with pytest.raises(ValueError, match="M contains NaN or inf"):
+        with pytest.raises(ValueError, match="M must be finite; it holds NaN or inf"):
             masked_attention(bad[None], np.ones((1, 2), bool), normalization)
 
 
@@ -354,7 +354,7 @@ def test_given_weights_are_checked(S):
     bad = np.ones((3, 3))
     bad[0, 2] = np.nan
     for fn in (vocabulary_evidence, global_evidence, next_token_distribution):
-        with pytest.raises(ValueError, match="weights contain NaN or inf"):
+        with pytest.raises(ValueError, match="weights must be finite; it holds NaN or inf"):
             fn(ids, S, weights=bad)                                  # once NaN evidence / a NaN distribution
         with pytest.raises(ValueError, match="normalization must be one of"):
             fn(ids, S, weights=np.ones((3, 3)), normalization="rows")   # once ignored silently

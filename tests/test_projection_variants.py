@@ -140,15 +140,15 @@ def test_position_inputs_refuse_nan_and_a_1d_distribution(with_the):
     S, encode = with_the
     V = S.shape[0]
     nan_pi = np.full((3, V), np.nan)
-    with pytest.raises(ValueError, match="position_matrix contains NaN or inf"):
+    with pytest.raises(ValueError, match="position_matrix must be finite; it holds NaN or inf"):
         positional_context_matrix([0, 1, 2], S, nan_pi)
-    with pytest.raises(ValueError, match="position_matrix contains NaN or inf"):
+    with pytest.raises(ValueError, match="position_matrix must be finite; it holds NaN or inf"):
         positional_context_matrix([0, 1, 2], S, sp.csr_array(nan_pi))
-    with pytest.raises(ValueError, match="basis contains NaN or inf"):
+    with pytest.raises(ValueError, match="basis must be finite; it holds NaN or inf"):
         sinusoidal_position_matrix(3, np.full((V, 2), np.nan))
-    with pytest.raises(ValueError, match="distributions contain NaN or inf"):
+    with pytest.raises(ValueError, match="distributions must be finite; it holds NaN or inf"):
         corpus_position_matrix(nan_pi, 2)
-    with pytest.raises(ValueError, match="distributions contain NaN or inf"):
+    with pytest.raises(ValueError, match="distributions must be finite; it holds NaN or inf"):
         CorpusPositional(S, nan_pi)
     with pytest.raises(ValueError, match=r"distributions must be 2-D \(max_length, vocab_size\); got shape \(8,\)"):
         corpus_position_matrix(np.full(V, 1 / V), 1)
@@ -226,6 +226,8 @@ def test_factor_shapes_are_checked():
         directional_context_matrix([0], np.ones((3, 2)), np.ones((3, 3)))
     with pytest.raises(ValueError, match=r"outside \[0, vocab_size=3\)"):
         directional_context_matrix([3], np.ones((3, 2)), np.ones((3, 2)))
+    with pytest.raises(ValueError, match="key_factor must be finite; it holds NaN or inf"):
+        directional_context_matrix([0, 1], np.ones((3, 2)), np.full((3, 2), np.nan))
 
 
 # --------------------------------------------------------------------------- multi-head
@@ -335,9 +337,9 @@ def test_cross_projection(sym_S):
 
 
 def test_combine_heads_refuses_nan_and_an_empty_stack():
-    with pytest.raises(ValueError, match="head_matrices contain NaN or inf"):
+    with pytest.raises(ValueError, match="head_matrices must be finite; it holds NaN or inf"):
         combine_heads(np.full((2, 3, 3), np.nan), "sum")            # once a NaN matrix
-    with pytest.raises(ValueError, match="head_matrices contain NaN or inf"):
+    with pytest.raises(ValueError, match="head_matrices must be finite; it holds NaN or inf"):
         combine_heads(np.full((2, 3, 3), np.nan), "mean_softmax")
     with pytest.raises(ValueError, match=r"n_heads >= 1; got \(0, 3, 3\)"):
         combine_heads(np.zeros((0, 3, 3)), "sum")                   # once an all-zero (3, 3) attention

@@ -55,6 +55,14 @@ def cooc_matrix(cooc, vocab_size: int | None = None, name: str = "cooc") -> sp.c
     return S
 
 
+def finite(values, name: str) -> None:
+    """Refuse NaN and inf in an array (dense, or the stored entries of a sparse one): they would
+    come out as NaN attention or evidence, or as LAPACK's opaque errors."""
+    data = values.data if sp.issparse(values) else values
+    if not np.all(np.isfinite(data)):
+        raise ValueError(f"{name} must be finite; it holds NaN or inf")
+
+
 def positive_int(value, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")

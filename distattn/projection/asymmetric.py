@@ -83,8 +83,8 @@ def check_factors(query_factor, key_factor, vocab_size: int | None = None) -> tu
                          f"got {W_Q.shape} and {W_K.shape}")
     if vocab_size is not None and W_Q.shape[0] != vocab_size:
         raise ValueError(f"the factors have {W_Q.shape[0]} rows but vocab_size={vocab_size}")
-    if not (np.all(np.isfinite(W_Q)) and np.all(np.isfinite(W_K))):
-        raise ValueError("query_factor / key_factor contain NaN or inf")
+    _checks.finite(W_Q, "query_factor")
+    _checks.finite(W_K, "key_factor")
     return W_Q, W_K
 
 
@@ -128,8 +128,8 @@ def factored_svd(left, right) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     B = np.asarray(right, dtype=np.float64)
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[1]:
         raise ValueError(f"left and right must be 2-D with the same number of columns; got {A.shape}, {B.shape}")
-    if not (np.all(np.isfinite(A)) and np.all(np.isfinite(B))):
-        raise ValueError("left and right must be finite; they hold NaN or inf")   # else LAPACK's LinAlgError
+    _checks.finite(A, "left")                            # else LAPACK's LinAlgError
+    _checks.finite(B, "right")
     qa, ra = np.linalg.qr(A)
     qb, rb = np.linalg.qr(B)
     u, s, vt = np.linalg.svd(ra @ rb.T, full_matrices=False)

@@ -112,8 +112,7 @@ def masked_attention(M: np.ndarray, known: np.ndarray, normalization: str = "non
         raise ValueError(f"known must be a boolean mask of shape (n_docs, length) = {M.shape[:2]}; got dtype "
                          f"{known.dtype}, shape {known.shape}")
     known = known.astype(bool, copy=False)
-    if not np.all(np.isfinite(M)):
-        raise ValueError("M contains NaN or inf")
+    _checks.finite(M, "M")
     pair = known[:, :, None] & known[:, None, :]
     if normalization == "none":
         return np.where(pair, M, 0.0)

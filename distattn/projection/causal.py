@@ -61,8 +61,7 @@ def causal_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: str
     M = np.asarray(M, dtype=np.float64)
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ValueError(f"M must be square (length, length); got shape {M.shape}")
-    if not np.all(np.isfinite(M)):
-        raise ValueError("M contains NaN or inf")
+    _checks.finite(M, "M")
     R = M.shape[0]
     lower = np.tril(np.ones((R, R), dtype=bool))
     if normalization == "none":

@@ -144,8 +144,7 @@ def row_normalize(weights, *, zero_rows: str = "uniform") -> np.ndarray:
     W = W.astype(np.float64, copy=False)
     if W.ndim < 2:
         raise ValueError(f"weights must be at least 2-D (rows, cols); got shape {W.shape}")
-    if W.size and not np.all(np.isfinite(W)):
-        raise ValueError("weights contain NaN or inf")
+    _checks.finite(W, "weights")
     if W.size and W.min() < 0:
         raise ValueError(f"row_normalize needs non-negative weights; the minimum is {W.min()!r}. "
                          f"Use softmax_rows for signed scores")
@@ -214,8 +213,7 @@ def attention_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: 
     M = np.asarray(M, dtype=np.float64)
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ValueError(f"M must be square (length, length); got shape {M.shape}")
-    if not np.all(np.isfinite(M)):
-        raise ValueError("M contains NaN or inf")
+    _checks.finite(M, "M")
     if known is not None:
         known = np.asarray(known)
         if known.dtype != bool or known.shape != (M.shape[0],):
@@ -271,8 +269,7 @@ def _attention_for(S, ids, normalization, zero_rows, attention_temperature, weig
     if A.shape != (ids.size, ids.size):
         raise ValueError(f"weights must have shape (length, length) = {(ids.size, ids.size)}; got {A.shape}")
     A = A.toarray().astype(np.float64, copy=False) if sp.issparse(A) else A
-    if not np.all(np.isfinite(A)):
-        raise ValueError("weights contain NaN or inf")
+    _checks.finite(A, "weights")
     return A
 
 

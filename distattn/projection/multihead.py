@@ -159,8 +159,7 @@ def combine_heads(head_matrices, method: str = "sum", *, zero_rows: str = "unifo
     Ms = np.asarray(head_matrices, dtype=np.float64)
     if Ms.ndim != 3 or Ms.shape[0] == 0:
         raise ValueError(f"head_matrices must have shape (n_heads, length, length) with n_heads >= 1; got {Ms.shape}")
-    if not np.all(np.isfinite(Ms)):
-        raise ValueError("head_matrices contain NaN or inf")
+    _checks.finite(Ms, "head_matrices")
     if method == "sum":
         return Ms.sum(axis=0)
     if method == "mean_row":

@@ -88,8 +88,7 @@ def corpus_position_matrix(distributions, length: int, *, scale: float = 1.0) ->
     pi = sp.csr_array(distributions, dtype=np.float64)
     if pi.ndim != 2:
         raise ValueError(f"distributions must be 2-D (max_length, vocab_size); got shape {pi.shape}")
-    if not np.all(np.isfinite(pi.data)):
-        raise ValueError("distributions contain NaN or inf")
+    _checks.finite(pi, "distributions")
     if length > pi.shape[0]:
         raise ValueError(f"length={length} exceeds the {pi.shape[0]} positions the distributions cover; "
                          f"recompute positional_distributions with max_length >= {length}")
@@ -140,8 +139,7 @@ def sinusoidal_position_matrix(length: int, basis, *, scale: float = 1.0, base: 
     U = np.asarray(basis, dtype=np.float64)
     if U.ndim != 2:
         raise ValueError(f"basis must be 2-D (vocab_size, dim); got shape {U.shape}")
-    if not np.all(np.isfinite(U)):
-        raise ValueError("basis contains NaN or inf")
+    _checks.finite(U, "basis")
     length = _checks.positive_int(length, "length")
     scale = _checks.positive_float(scale, "scale")
     check_memory(8.0 * length * U.shape[0], f"the dense sinusoidal position matrix ({length} x {U.shape[0]})")
@@ -202,8 +200,7 @@ def positional_context_matrix(token_ids, cooc, position_matrix, *, unk_id: int |
         raise ValueError(f"position_matrix must have shape (length, vocab_size) = {(ids.size, S.shape[0])}; "
                          f"got {P.shape}")
     P = sp.csr_array(P, dtype=np.float64) if sp.issparse(P) else P
-    if not np.all(np.isfinite(P.data if sp.issparse(P) else P)):
-        raise ValueError("position_matrix contains NaN or inf")
+    _checks.finite(P, "position_matrix")
     QS = _profiles(S, ids)
     PS = (P @ S) if sp.issparse(P) else np.asarray((S.T @ P.T).T)     # (length, vocab_size)
     PS_cols = _dense(PS[:, np.maximum(ids, 0)]) * (ids >= 0)            # PSQᵀ, OOV columns zero
@@ -239,8 +236,7 @@ class CorpusPositional:
         pi = sp.csr_array(distributions, dtype=np.float64)
         if pi.ndim != 2 or pi.shape[1] != S.shape[0]:
             raise ValueError(f"distributions must have shape (max_length, vocab_size={S.shape[0]}); got {pi.shape}")
-        if not np.all(np.isfinite(pi.data)):
-            raise ValueError("distributions contain NaN or inf")
+        _checks.finite(pi, "distributions")
         self.scale = _checks.positive_float(scale, "scale")
         check_memory(16.0 * pi.shape[0] * S.shape[0], f"the position profiles ({pi.shape[0]} x {S.shape[0]}, twice)")
         self.cooc = S
