@@ -115,7 +115,6 @@ def ensure_writable_dir(path: str | os.PathLike) -> Path:
     Commands call it before any work, so an unwritable output fails at once, not at the end."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    probe = path / ".write-test"
-    probe.write_text("ok")
-    probe.unlink()
+    with tempfile.TemporaryFile(dir=path):      # unnamed: two processes probing one directory cannot collide
+        pass
     return path

@@ -13,14 +13,13 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from distattn.atomic import atomic_dir, config_hash
+from distattn.atomic import atomic_dir, config_hash, ensure_writable_dir
 from distattn.corpus.documents import Corpus, Document
 from distattn.corpus.ragged import RaggedIds
 from distattn.corpus.tokenize import tokenize_to_bytes, tokenizer_config, unicode_tokenizer
@@ -268,9 +267,7 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
             except (OSError, ValueError, KeyError) as exc:  # a damaged entry is rebuilt, never trusted
                 log.warning("ignoring damaged tokenized cache %s: %s", entry, exc)
         try:                                   # an unwritable cache fails now, not after the tokenizing
-            root.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryFile(dir=root):  # unnamed: concurrent callers cannot collide
-                pass
+            ensure_writable_dir(root)
         except OSError as exc:
             raise OSError(f"cache={str(root)!r} is not a writable directory ({exc.strerror or exc}); pass "
                           "another directory, or cache=False to tokenize without caching") from exc
