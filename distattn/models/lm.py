@@ -23,7 +23,8 @@ from torch import nn
 from distattn.models.attention import MultiHeadSelfAttention
 from distattn.models.hooks import HookPoint, run_with_cache
 from distattn.models.positional import ADDITIVE, POSITIONAL, AbsolutePositions
-from distattn.models.transformer import Transformer, TransformerConfig, _choice, _flag, _positive_int, check_ids
+from distattn.models.transformer import (Transformer, TransformerConfig, _choice, _flag, _positive_int, check_ids,
+                                         check_range)
 
 IGNORE_INDEX = -1
 
@@ -40,11 +41,9 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if targets.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"targets must be integer token ids (int64; {IGNORE_INDEX} to ignore); got {targets.dtype}. "
                         "An attention mask? A language model's second argument is the targets")
-    if targets.device.type == "cpu" and targets.numel() and not torch.compiler.is_compiling():
-        lo, hi = int(targets.min()), int(targets.max())      # on the CPU reading them costs no sync
-        if lo < IGNORE_INDEX or hi >= logits.shape[-1]:
-            raise ValueError(f"target {lo if lo < IGNORE_INDEX else hi} is outside [0, vocab_size={logits.shape[-1]}) "
-                             f"and is not the ignore index {IGNORE_INDEX} (not -100: that is another library's)")
+    check_range(targets, IGNORE_INDEX, logits.shape[-1], "target",
+                f"[0, vocab_size={logits.shape[-1]}) and is not the ignore index {IGNORE_INDEX} "
+                "(not -100: that is another library's)")
     targets = targets.long()
     flat = targets.reshape(-1)
     total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), flat, ignore_index=IGNORE_INDEX,

@@ -21,7 +21,7 @@ import torch
 
 from distattn.models.hooks import run_with_cache
 from distattn.models.lm import LMConfig, TransformerLM, lm_loss
-from distattn.models.transformer import TransformerConfig, _flag, _positive_int
+from distattn.models.transformer import TransformerConfig, _flag, _positive_int, check_range
 
 __all__ = ["MaskedLMConfig", "MaskedLM"]
 
@@ -73,10 +73,7 @@ class MaskedLM(TransformerLM):
                              f"(batch, K) with batch = {ids.shape[0]}")
         if positions.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"positions must be int64 or int32; got {positions.dtype}")
-        if positions.device.type == "cpu" and positions.numel() and not torch.compiler.is_compiling():
-            lo, hi = int(positions.min()), int(positions.max())     # torch: a bare 'index 8 is out of bounds'
-            if lo < 0 or hi >= ids.shape[1]:
-                raise ValueError(f"position {lo if lo < 0 else hi} is outside [0, seq_len={ids.shape[1]})")
+        check_range(positions, 0, ids.shape[1], "position", f"[0, seq_len={ids.shape[1]})")
         picked = h.gather(1, positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
         logits = self.lm_head(picked)
         return logits, lm_loss(logits, targets)

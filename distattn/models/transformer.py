@@ -128,12 +128,20 @@ def check_ids(ids: torch.Tensor, max_len: int, vocab_size: int | None = None) ->
                          f"max_len >= {ids.shape[1]}")
     if ids.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"token ids must be int64 or int32; got {ids.dtype}")
-    if vocab_size is not None and ids.device.type == "cpu" and not torch.compiler.is_compiling():
-        lo, hi = int(ids.min()), int(ids.max())
-        if lo < 0 or hi >= vocab_size:
-            bad = lo if lo < 0 else hi
-            raise ValueError(f"token id {bad} is outside [0, vocab_size={vocab_size}); encode out-of-vocabulary "
-                             f"words as <unk> (Vocabulary.encode(..., oov='unk'))")
+    if vocab_size is not None:
+        check_range(ids, 0, vocab_size, "token id", f"[0, vocab_size={vocab_size}); encode out-of-vocabulary "
+                    "words as <unk> (Vocabulary.encode(..., oov='unk'))")
+
+
+def check_range(values: torch.Tensor, low: int, high: int, what: str, allowed: str) -> None:
+    """On the CPU, where reading the values costs no device sync, refuse values outside
+    ``[low, high)`` by name (torch reports a bad index as a bare ``IndexError``); on other devices
+    and while compiling, nothing."""
+    if values.device.type != "cpu" or not values.numel() or torch.compiler.is_compiling():
+        return
+    lo, hi = int(values.min()), int(values.max())
+    if lo < low or hi >= high:
+        raise ValueError(f"{what} {lo if lo < low else hi} is outside {allowed}")
 
 
 class Block(nn.Module):
