@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import math
@@ -175,7 +176,15 @@ def setup_distributed() -> tuple[int, int, int]:
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
         dist.init_process_group(backend)
+        # the group this call made is torn down at exit: left to the interpreter's teardown, gloo's
+        # threads could abort a finished process ("terminate called without an active exception")
+        atexit.register(_destroy_process_group)
     return dist.get_rank(), dist.get_world_size(), local_rank
+
+
+def _destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def lr_factor(step: int, total: int, config: TrainConfig) -> float:
