@@ -32,6 +32,7 @@ from distattn.analysis import (attention_agreement, attention_flow, attention_gr
 from distattn.analysis.sources import build_model, corpus_statistics
 from distattn.atomic import write_json
 from distattn.cli import non_negative_int, output_dir, positive_int, run_script
+from distattn.corpus.registry import check_corpus_options
 from distattn.projection import context_matrix, row_normalize
 from distattn.stats import SVDEmbeddings
 
@@ -65,10 +66,10 @@ def label(words, ids):
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    for option, value, corpus in (("--path", args.path, "text"), ("--data-dir", args.data_dir, "imdb")):
-        if value is not None and args.corpus != corpus:     # once ignored: --path x.txt ran on the paper's toy S
-            parser().error(f"conflicting options: {option} is only used with --corpus {corpus}, "
-                           f"not --corpus {args.corpus}")
+    try:                                                    # once ignored: --path x.txt ran on the paper's toy S
+        check_corpus_options(args.corpus, args.path, args.data_dir)
+    except ValueError as exc:
+        parser().error(str(exc))
     for option, value in (("--max-len", args.max_len), ("--top-n", args.top_n)):
         if value < 2:                                       # once "head_patterns is empty" / "word_ids must be ..."
             parser().error(f"argument {option}: got {value}; allowed: an integer >= 2")

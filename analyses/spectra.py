@@ -22,6 +22,7 @@ from distattn.analysis import circuit_spectra, spectrum, spectrum_summary, subsp
 from distattn.analysis.sources import build_model, corpus_statistics
 from distattn.atomic import write_json
 from distattn.cli import non_negative_int, output_dir, positive_int, run_script
+from distattn.corpus.registry import check_corpus_options
 from distattn.stats import SVDEmbeddings
 
 
@@ -48,10 +49,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    for option, value, corpus in (("--path", args.path, "text"), ("--data-dir", args.data_dir, "imdb")):
-        if value is not None and args.corpus != corpus:     # once ignored: --path x.txt ran on the paper's toy S
-            parser().error(f"conflicting options: {option} is only used with --corpus {corpus}, "
-                           f"not --corpus {args.corpus}")
+    try:                                                    # once ignored: --path x.txt ran on the paper's toy S
+        check_corpus_options(args.corpus, args.path, args.data_dir)
+    except ValueError as exc:
+        parser().error(str(exc))
     stats = corpus_statistics(args.corpus, path=args.path, data_dir=args.data_dir, vocab_size=args.vocab_size,
                               window=args.window)
     n = len(stats.words)

@@ -53,6 +53,8 @@ def test_text_corpus_with_embeddings(capsys, tmp_path, monkeypatch):
     (["--corpus", "paper", "--weighting", "linear"], "weighting='linear' is invalid"),
     (["--corpus", "paper", "--cds", "1.5"], "cds=1.5 is invalid"),
     (["--corpus", "paper", "--path", "x.txt"], "--path is only used with --corpus text"),
+    (["--corpus", "paper", "--data-dir", "/tmp"],                     # once ignored silently
+     "conflicting options: --data-dir is only used with --corpus imdb, not --corpus paper"),
     (["--corpus", "paper", "--evaluate"], "--evaluate needs --svd-dim"),
     (["--corpus", "paper", "--jobs", "0"], "--jobs=0 is invalid; allowed: an integer >= 1"),
 ])

@@ -79,6 +79,7 @@ class CompareConfig:
 
     def validate(self) -> "CompareConfig":
         from distattn.corpus import available_corpora
+        from distattn.corpus.registry import check_corpus_options
         names = available_corpora()
         if self.corpus not in names:
             raise ValueError(f"unknown corpus {self.corpus!r}; valid names: {', '.join(names)}")
@@ -88,10 +89,7 @@ class CompareConfig:
         if self.corpus == "text":
             from distattn.corpus import TextCorpus
             TextCorpus(self.path)          # a missing path or an unsupported format fails here, before any output
-        if self.path and self.corpus != "text":
-            raise ValueError(f"conflicting options: --path is only used with --corpus text, not --corpus {self.corpus}")
-        if self.data_dir and self.corpus != "imdb":
-            raise ValueError(f"conflicting options: --data-dir is only used with --corpus imdb, not --corpus {self.corpus}")
+        check_corpus_options(self.corpus, self.path, self.data_dir)
         if self.profile not in PROFILES:
             raise ValueError(f"--profile {self.profile!r} is not one of {PROFILES}")
         if self.device not in DEVICES:

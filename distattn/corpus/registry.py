@@ -21,6 +21,14 @@ def register_corpus(name: str, factory: Callable, description: str = "") -> None
     _REGISTRY[name] = (factory, description)
 
 
+def check_corpus_options(corpus: str, path=None, data_dir=None) -> None:
+    """The command-line rule of every entry point: ``--path`` belongs to ``--corpus text`` and
+    ``--data-dir`` to ``--corpus imdb``; either with another corpus was silently ignored."""
+    for option, value, owner in (("--path", path, "text"), ("--data-dir", data_dir, "imdb")):
+        if value is not None and value != "" and corpus != owner:
+            raise ValueError(f"conflicting options: {option} is only used with --corpus {owner}, not --corpus {corpus}")
+
+
 def available_corpora() -> dict[str, str]:
     """Name -> description of every registered corpus."""
     return {k: v[1] for k, v in sorted(_REGISTRY.items())}

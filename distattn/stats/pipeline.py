@@ -18,6 +18,7 @@ import scipy.sparse as sp
 
 from distattn.atomic import atomic_path, config_hash
 from distattn.corpus import Vocabulary, get_corpus, tokenize_corpus
+from distattn.corpus.registry import check_corpus_options
 from distattn.paths import cache_dir
 from distattn.stats.cooccurrence import OOV_MODES, WEIGHTINGS, cooccurrence
 from distattn.stats.weighting import ppmi
@@ -47,8 +48,7 @@ class StatsConfig:
             raise ValueError(f"{name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
         if self.corpus == "text" and not self.path:
             raise ValueError("--corpus text needs --path FILE_OR_DIR")
-        if self.corpus != "text" and self.path:
-            raise ValueError(f"--path is only used with --corpus text, not --corpus {self.corpus}")
+        check_corpus_options(self.corpus, self.path, self.data_dir)
         for name in ("vocab_size", "min_count", "window"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
