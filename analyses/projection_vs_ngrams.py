@@ -165,7 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-rows", action="store_true", help="print the row keys and exit")
     p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--data-dir", default=None, help="directory holding aclImdb_v1.tar.gz (else DISTATTN_DATA_DIR)")
-    p.add_argument("--json", type=output_file, default=None, help="write the table and settings to this JSON file")
+    p.add_argument("--json", type=output_file, default=None, help="write the table and settings to this JSON file, rewritten (atomically) after each row "
+                   "so that a cut run keeps the rows it finished; \"complete\": true once every row is done")
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes for a smoke test: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
     return p
@@ -241,7 +242,7 @@ def main(argv=None) -> int:
     if args.quick and device.type == "cpu":
         torch.set_num_threads(1)     # tiny tensors: a thread pool only adds wake-up latency
     torch.backends.cuda.matmul.allow_tf32 = False
-    out = {"config": vars(args).copy(), "rows": [], "checks": {}, "timings_s": {}}
+    out = {"config": vars(args).copy(), "rows": [], "checks": {}, "timings_s": {}, "complete": False}
     out["config"]["device"] = str(device)
     if device.type == "cuda":
         out["config"]["device_name"] = torch.cuda.get_device_name(device)
@@ -427,6 +428,7 @@ def main(argv=None) -> int:
         if key in wanted:
             fit_and_eval(key, name, builders[key])
     out["timings_s"]["total"] = time.perf_counter() - t_start
+    out["complete"] = True
     save()
 
     log("\nτ: output temperature fitted on the validation reviews (bounded search on log τ); τ_att = "

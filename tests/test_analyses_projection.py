@@ -48,6 +48,7 @@ def test_projection_vs_ngrams_quick(imdb_archive, tmp_path):
     out = _run([ANALYSES / "projection_vs_ngrams.py", "--quick", "--device", "cpu", "--json", table],
                env={"DISTATTN_DATA_DIR": str(imdb_archive.parent), "DISTATTN_CACHE_DIR": str(tmp_path / "cache")})
     result = json.loads(table.read_text())
+    assert result["complete"] is True          # the per-row rewrites say False until the last row is in
     keys = [r["key"] for r in result["rows"]]
     assert keys == ["unigram", "kn2", "kn3", "raw", "ppmi", "ppmi_norm", "ppmi_softmax", "positional", "asym",
                     "asym_fact", "ppmi_norm_uni", "asym_fact_uni", "mh_svd", "mh_nmf"]

@@ -60,6 +60,16 @@ def test_vocabulary_order_and_limits():
         Vocabulary.build([["a"]], max_size=0)
 
 
+def test_vocabulary_from_no_tokens_is_refused():
+    """A generator consumed once already (a common slip) gave a vocabulary of specials alone."""
+    docs = (d for d in [["a", "b"], ["b"]])
+    assert Vocabulary.build(docs).words == ["b", "a"]
+    with pytest.raises(ValueError, match=r"no tokens \(0 documents, an iterator already consumed"):
+        Vocabulary.build(docs)
+    with pytest.raises(ValueError, match=r"no tokens \(2 documents, all empty"):
+        Vocabulary.build([[], []])
+
+
 def test_vocabulary_json_roundtrip(tmp_path):
     v = Vocabulary.build([["x", "y", "x", "é"]])
     v.save(tmp_path / "v.json")

@@ -106,12 +106,20 @@ class Vocabulary:
     @classmethod
     def build(cls, documents: Iterable[Iterable[str]], min_count: int = 1, max_size: int | None = None,
               specials: Sequence[str] = DEFAULT_SPECIALS) -> "Vocabulary":
-        """Count the tokens of tokenized documents and build a vocabulary."""
+        """Count the tokens of tokenized documents and build a vocabulary. Documents with no token
+        at all (none given, or an iterator already consumed) are refused rather than giving a
+        vocabulary of specials alone."""
         _not_a_string(documents, "documents", "an iterable of token lists")
         counter: Counter = Counter()
+        n_docs = 0
         for i, doc in enumerate(documents):
             _not_a_string(doc, f"documents[{i}]", "a list of tokens (tokenize the text first)")
             counter.update(doc)
+            n_docs = i + 1
+        if not counter:
+            raise ValueError(f"documents held no tokens ({n_docs} documents"
+                             + (", an iterator already consumed?)" if n_docs == 0 else ", all empty)")
+                             + "; a vocabulary needs at least one token")
         words = list(counter)
         return cls.from_counts(words, [counter[w] for w in words], min_count, max_size, specials)
 
