@@ -15,7 +15,7 @@ Parts (``--part``, default all):
   with PPMI-SVD embeddings and/or 512 tokens; E/F/G: causal-LM self-pretraining on train+unsup,
   then fine-tuning; H: masked-LM self-pretraining (bidirectional), then fine-tuning; I: F's
   recipe right to left (every review reversed: a backward LM), and with F (or G) in the same
-  run, ULMFiT's forward + backward ensemble (mean probability). Each pretrained row writes
+  run, ULMFiT's forward + backward ensemble (mean probability). Every row writes
   ``probs_<row>.npz``, which ``ensemble_rows.py`` averages across separate runs.
 * ``seedvar`` — the seed recipe with other seeds; ``seedsplit`` — the seed recipe on random
   splits of the 50k labelled reviews (how the seed's Kaggle copy is usually split).
@@ -440,10 +440,14 @@ def part_best(data, args, device):
             load_embeddings(model, svd_vectors(data, model.config.d_model, args.smoke))
         train, evals = cls_data(max_len, pad_multiple=S["pad_multiple"] if max_len > S["seed_len"] else 1)
         t = time.perf_counter()
-        res = Trainer(model, ClassificationTask(train, evals, length_grouping=S["grouping"] if max_len > 256 else 0),
-                      seed_train_config(epochs=S["seed_epochs"], progress=False, select_on="val/accuracy"),
-                      out_dir=args.runs / f"best_{name}").fit()
-        finish(name, res, time.perf_counter() - t)
+        task = ClassificationTask(train, evals, length_grouping=S["grouping"] if max_len > 256 else 0)
+        run_dir = args.runs / f"best_{name}"
+        res = Trainer(model, task, seed_train_config(epochs=S["seed_epochs"], progress=False, select_on="val/accuracy",
+                                                     save_best=True), out_dir=run_dir).fit()
+        wall = time.perf_counter() - t
+        picked_probs[name] = best_probs(model, run_dir, task, evals)      # for ensembles across calls
+        save_probs(args.out / f"probs_{name}.npz", picked_probs[name], y[va_idx], data["test_labels"], va_idx)
+        finish(name, res, wall)
 
     def best_probs(clf, run_dir, task, evals):
         """Val and test probabilities of a fine-tune's val-best weights (its ``best.pt``)."""

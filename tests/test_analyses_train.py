@@ -121,7 +121,8 @@ def test_bag_of_words_is_binary_and_drops_oov():
     *[(s, a, t) for s, a in (("spectra.py", ["--out"]), ("attention_vs_ppmi.py", ["--out"]),
                              ("train_imdb.py", ["seed", "--out"])) for t in ("file", "below_file")],
     ("projection_vs_ngrams.py", ["--quick", "--json"], "below_file"),
-    ("split_effect.py", ["--limit-docs", "40", "--json"], "below_file")])
+    ("split_effect.py", ["--limit-docs", "40", "--json"], "below_file"),
+    *[("ngram_baseline.py", [flag], "below_file") for flag in ("--json", "--probs")]])
 def test_analyses_refuse_an_output_path_they_cannot_write_before_any_work(tmp_path, script, args, target):
     """--out naming an existing file, or --out/--json below one, once ended with a FileExistsError
     traceback, after the work (train_imdb: after training; split_effect: after the six fits)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -162,4 +163,6 @@ def test_every_part_of_the_gpu_benchmark_runs_at_smoke_size(tmp_path, monkeypatc
     assert [r["tokens_per_s"] > 0 for r in parts["mfu"]["runs"]] == [True]
     assert len(parts["seedsplit"]["runs"]) == 2 and len(parts["seedvar"]["runs"]) == 1
     assert sorted(p.name for p in out.glob("probs_*.npz")) == sorted(
-        f"probs_{r['name']}.npz" for r in parts["best"]["rows"] if r["name"][0] in "EFGHI" and "members" not in r)
+        f"probs_{r['name']}.npz" for r in parts["best"]["rows"] if "members" not in r)    # every row, A-D too
+    with np.load(out / "probs_B_ppmi_svd_init_256.npz") as z:      # the val-best weights give the val accuracy
+        assert ((z["val"] >= 0.5) == (z["val_labels"] == 1)).mean() == pytest.approx(rows["B"]["val_accuracy"])

@@ -14,7 +14,9 @@ torch.Size([2, 4, 12, 12])
 * :class:`ProjectionMatchedLM` — one attention-only layer, the learned mirror of ``E = M(QS)``;
 * :class:`TransformerLM` — a small GPT-style causal stack;
 * :class:`MaskedLM` — a bidirectional masked LM, for self-pretraining a classifier's trunk;
-* :func:`qk_circuit`, :func:`ov_circuit` — vocabulary-space circuits as :class:`FactoredMatrix`.
+* :func:`qk_circuit`, :func:`ov_circuit` — vocabulary-space circuits as :class:`FactoredMatrix`;
+* :class:`NBSVMClassifier` — the bag-of-n-grams baseline (NBSVM, scikit-learn API) the
+  classifiers are measured against.
 """
 
 from __future__ import annotations
@@ -45,8 +47,16 @@ __all__ = [
     "seed_classifier_config", "HookPoint", "hook_points", "capture_hooks", "run_with_cache", "FactoredMatrix",
     "qk_circuit", "ov_circuit", "attention_layers", "embedding_weight", "unembedding_weight", "lm_loss",
     "IGNORE_INDEX", "POSITIONAL", "sinusoidal_table", "build_model", "config_from_dict", "config_diff",
-    "load_embeddings", "CONFIG_TYPES",
+    "load_embeddings", "CONFIG_TYPES", "NBSVMClassifier",
 ]
+
+
+def __getattr__(name: str):
+    """:class:`NBSVMClassifier` is loaded on first use (scikit-learn adds 0.6 s to ``import distattn.models``)."""
+    if name == "NBSVMClassifier":
+        from distattn.models.nbsvm import NBSVMClassifier
+        return NBSVMClassifier
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def config_from_dict(d: dict):
