@@ -282,6 +282,27 @@ def test_bytes_that_are_not_utf8_are_an_error_naming_file_and_line(tmp_path, lay
     assert any("café".encode() in t for t in texts)            # the same text as UTF-8 passes
 
 
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1", "utf-16"])
+def test_txt_lines_end_at_newline_in_every_encoding(tmp_path, encoding):
+    """A .txt corpus once split an old-Mac (CR-only) file into lines when an encoding was given
+    (universal newlines) and read it as one document in UTF-8: the document count depended on the
+    encoding. Now lines end at \\n (or \\r\\n) in every encoding, and a CR inside a line warns."""
+    def texts(name, raw):
+        path = tmp_path / name
+        path.write_bytes(raw.encode(encoding))
+        return [d.text.decode() if isinstance(d.text, bytes) else d.text
+                for d in get_corpus("text", path=str(path), encoding=encoding)]
+
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                 # \n and \r\n endings: no warning
+        assert texts("lf.txt", "one café\ntwo\n") == ["one café", "two"]
+        assert texts("crlf.txt", "one café\r\ntwo\r\n") == ["one café", "two"]
+    with pytest.warns(UserWarning, match=r"cr.txt:1: a carriage return \(\\r\) inside a line.*tr '\\r' '\\n'") as rec:
+        assert texts("cr.txt", "one café\rtwo\rthree\r") == ["one café\rtwo\rthree"]
+    assert len(rec) == 1
+
+
 def test_bytes_that_do_not_decode_in_a_declared_encoding_are_an_error_too(tmp_path):
     """Once replaced by U+FFFD in silence, as UTF-8 input was."""
     path = tmp_path / "c.txt"

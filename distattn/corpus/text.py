@@ -1,4 +1,5 @@
-"""A user's own corpus: a ``.txt`` file (one document per line), a directory of ``.txt``
+"""A user's own corpus: a ``.txt`` file (one document per line; a line ends at ``\\n`` or
+``\\r\\n``, whatever the encoding), a directory of ``.txt``
 files (one document per file, sorted by relative path), or a ``.jsonl`` file whose lines are
 objects with a ``text`` field and an optional integer ``label``."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Iterator
 
@@ -54,7 +56,7 @@ class TextCorpus(Corpus):
         # os.utime); the change time cannot be set back, and any write or utime moves it
         stats = [p.stat() for p in files]
         return {"corpus": "text", "path": str(self.path.resolve()), "kind": self.kind,
-                **({} if self.encoding == "utf-8" else {"encoding": self.encoding}),
+                **({} if self.encoding == "utf-8" else {"encoding": self.encoding, "line_end": "lf"}),
                 "files": [(str(p.relative_to(self.path)) if self.kind == "dir" else p.name,
                            st.st_size, st.st_mtime_ns, st.st_ctime_ns) for p, st in zip(files, stats)]}
 
@@ -63,13 +65,20 @@ class TextCorpus(Corpus):
             for p in self._files:
                 yield Document(self._utf8(p.read_bytes(), p), split="all", name=str(p.relative_to(self.path)))
         elif self.kind == "txt" and self.encoding == "utf-8":
+            warned = False
             with open(self.path, "rb") as fh:
                 for i, line in enumerate(fh):
-                    yield Document(self._utf8(line.rstrip(b"\r\n"), self.path, i + 1), split="all",
-                                   name=f"line{i + 1}")
+                    line = line.rstrip(b"\r\n")
+                    if not warned and b"\r" in line:
+                        warned = _warn_inner_cr(self.path, i + 1)
+                    yield Document(self._utf8(line, self.path, i + 1), split="all", name=f"line{i + 1}")
         elif self.kind == "txt":               # decoded before splitting: a UTF-16 newline is two bytes
-            for i, line in self._decoded_lines(newline=""):
-                yield Document(line.rstrip("\r\n").encode("utf-8"), split="all", name=f"line{i}")
+            warned = False                     # lines end at "\n" alone, as in the UTF-8 branch
+            for i, line in self._decoded_lines(newline="\n"):
+                line = line.rstrip("\r\n")
+                if not warned and "\r" in line:
+                    warned = _warn_inner_cr(self.path, i)
+                yield Document(line.encode("utf-8"), split="all", name=f"line{i}")
         else:
             for i, line in self._jsonl_lines():
                 if not line.strip():
@@ -128,3 +137,10 @@ class TextCorpus(Corpus):
 
     def __repr__(self) -> str:
         return f"TextCorpus({str(self.path)!r}, kind={self.kind!r})"
+
+
+def _warn_inner_cr(path: Path, line: int) -> bool:
+    warnings.warn(f"{path}:{line}: a carriage return (\\r) inside a line; a .txt corpus has one document per "
+                  "\\n-terminated line (\\r\\n also ends one), so a file with old Mac line endings (\\r alone) "
+                  "reads as one long document: convert it first, e.g. tr '\\r' '\\n'", stacklevel=3)
+    return True
