@@ -95,8 +95,14 @@ def test_probabilities_and_labels():
     assert proba.shape == (len(docs), 2)
     np.testing.assert_allclose(proba.sum(1), 1.0)
     assert (clf.predict(docs) == np.where(proba[:, 1] > 0.5, "pos", "neg")).all()
-    with pytest.raises(AttributeError, match="predict_proba needs loss='log'"):
-        NBSVMClassifier().fit(docs, y).predict_proba(docs)
+    svm = NBSVMClassifier().fit(docs, y)
+    assert not hasattr(svm, "predict_proba") and hasattr(clf, "predict_proba")
+    with pytest.raises(AttributeError, match="has no attribute 'predict_proba'") as exc:
+        svm.predict_proba(docs)
+    assert "predict_proba needs loss='log'" in str(exc.value.__cause__)        # the reason, chained
+    extreme = NBSVMClassifier(loss="log", beta=1.0, C=1e4).fit([[1, 1, 1]] * 3 + [[2, 2]] * 3, [1] * 3 + [0] * 3)
+    with np.errstate(all="raise"):                 # a large margin gives 0/1, not an overflow warning
+        assert np.isfinite(extreme.predict_proba([[1] * 200, [2] * 200])).all()
     assert clone(clf).get_params() == clf.get_params()
 
 
@@ -138,6 +144,8 @@ def test_bad_data_is_named():
         NBSVMClassifier().fit(docs, y[:3])
     with pytest.raises(ValueError, match=r"exactly two classes in y; got 3"):
         NBSVMClassifier().fit(docs, np.arange(len(docs)) % 3)
+    with pytest.raises(ValueError, match="y is needed"):
+        NBSVMClassifier().fit(docs)
     with pytest.raises(ValueError, match="docs holds no documents"):
         NBSVMClassifier().fit([], [])
     with pytest.raises(TypeError, match="wrap a single one in a list"):

@@ -13,10 +13,11 @@ vocabulary and test reviews as the attention models (``analyses/ngram_baseline.p
 * the paper's interpolation ``w' = (1 - β) w̄ + β w`` with ``w̄ = |w|₁ / |V|`` (β = 1: the plain
   linear model), between the MNB decision ``Σ r`` and the linear model's. The intercept ``b``
   (the paper's liblinear fitted none) is scaled to ``β b``, since the MNB side has none: left at
-  ``b`` it outweighs the shrunk weights (90.24 % against 91.27 % on IMDB, bigrams, β = 0.25).
+  ``b`` it outweighs the shrunk weights, and NBSVM-bi lost a point on IMDB.
 
 A document is a sequence of token ids; negative ids (out of vocabulary), and at prediction ids
-above every id seen in fit, break n-grams and are not features. Counting is vectorised over the whole corpus: no Python loop per document.
+above every id seen in fit, break n-grams and are not features. Counting is vectorised over the
+whole corpus: no Python loop per document.
 
 >>> from distattn.models import NBSVMClassifier
 >>> docs = [[2, 3, 4], [5, 3, 4], [2, 6], [5, 6]] * 5        # "not"=5 flips "good"=3 / "bad"=6
@@ -32,7 +33,9 @@ import copy
 
 import numpy as np
 from scipy import sparse
+from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from distattn.corpus import RaggedIds
@@ -192,15 +195,19 @@ class NBSVMClassifier(ClassifierMixin, BaseEstimator):
                                  shape=(len(docs), n_feat))
 
     # -- scikit-learn API -------------------------------------------------------------------
-    def fit(self, docs, y) -> "NBSVMClassifier":
+    def fit(self, docs, y=None) -> "NBSVMClassifier":
         """Learn the n-gram features, their log-count ratios and the linear model.
 
         ``docs``: an ``EncodedCorpus``, :class:`RaggedIds` or a list of id sequences; ``y``: one
-        label per document, two distinct values."""
+        label per document, two distinct values (default: an ``EncodedCorpus``'s labels)."""
         from sklearn.linear_model import LogisticRegression
         from sklearn.svm import LinearSVC
 
         lo, hi = self._check_params()
+        if y is None:
+            y = getattr(docs, "labels", None)
+            if y is None:
+                raise ValueError("y is needed: pass the labels, or an EncodedCorpus that has them")
         ragged, vocab_size = _check_docs(docs)
         y = np.asarray(y)
         if y.shape != (len(ragged),):
@@ -271,11 +278,16 @@ class NBSVMClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "coef_")
         return self.classes_[(self.decision_function(docs) > 0).astype(np.int64)]
 
-    def predict_proba(self, docs) -> np.ndarray:
-        """(n_docs, 2) class probabilities, for ``loss="log"`` only (an SVM's margin is not one)."""
-        check_is_fitted(self, "coef_")
+    def _has_probabilities(self) -> bool:
         if self.loss != "log":
             raise AttributeError(f"predict_proba needs loss='log'; this model has loss={self.loss!r}, whose "
                                  "margin (decision_function) is not a probability")
-        p = 1.0 / (1.0 + np.exp(-self.decision_function(docs)))
+        return True
+
+    @available_if(_has_probabilities)
+    def predict_proba(self, docs) -> np.ndarray:
+        """(n_docs, 2) class probabilities, for ``loss="log"`` only (an SVM's margin is not one;
+        ``hasattr(model, "predict_proba")`` is False then, as for scikit-learn's ``LinearSVC``)."""
+        check_is_fitted(self, "coef_")
+        p = expit(self.decision_function(docs))
         return np.column_stack([1.0 - p, p])
