@@ -111,6 +111,9 @@ def test_ids_unseen_in_fit_are_out_of_vocabulary_at_prediction():
     # 7 is beyond every id fit saw: no feature, and it breaks the bigram (2, 7) rather than
     # aliasing another code
     np.testing.assert_array_equal(clf.transform([[2, 7], [2]]).toarray(), clf.transform([[2], [2]]).toarray())
+    # an empty or all-unseen document scores the intercept alone rather than raising
+    assert clf.transform([[], [-1, 9]]).nnz == 0
+    np.testing.assert_allclose(clf.decision_function([[], [-1, 9]]), clf.intercept_)
 
 
 def test_ragged_input_equals_lists():
@@ -146,9 +149,9 @@ def test_bad_data_is_named():
         NBSVMClassifier().fit(docs, np.arange(len(docs)) % 3)
     with pytest.raises(ValueError, match="y is needed"):
         NBSVMClassifier().fit(docs)
-    with pytest.raises(ValueError, match="docs holds no documents"):
+    with pytest.raises(ValueError, match="the corpus is empty: no documents"):
         NBSVMClassifier().fit([], [])
-    with pytest.raises(TypeError, match="wrap a single one in a list"):
+    with pytest.raises(TypeError, match="wrap a single id array in a list"):
         NBSVMClassifier().fit(np.array([1, 2, 3]), [0, 1, 0])
     with pytest.raises(TypeError, match="dtype float64"):
         NBSVMClassifier().fit([[0.5, 1.0], [2.0]], [0, 1])

@@ -64,21 +64,12 @@ class TextCorpus(Corpus):
         if self.kind == "dir":
             for p in self._files:
                 yield Document(self._utf8(p.read_bytes(), p), split="all", name=str(p.relative_to(self.path)))
-        elif self.kind == "txt" and self.encoding == "utf-8":
+        elif self.kind == "txt":
             warned = False
-            with open(self.path, "rb") as fh:
-                for i, line in enumerate(fh):
-                    line = line.rstrip(b"\r\n")
-                    if not warned and b"\r" in line:
-                        warned = _warn_inner_cr(self.path, i + 1)
-                    yield Document(self._utf8(line, self.path, i + 1), split="all", name=f"line{i + 1}")
-        elif self.kind == "txt":               # decoded before splitting: a UTF-16 newline is two bytes
-            warned = False                     # lines end at "\n" alone, as in the UTF-8 branch
-            for i, line in self._decoded_lines(newline="\n"):
-                line = line.rstrip("\r\n")
-                if not warned and "\r" in line:
+            for i, line in self._txt_lines():
+                if not warned and b"\r" in line:
                     warned = _warn_inner_cr(self.path, i)
-                yield Document(line.encode("utf-8"), split="all", name=f"line{i}")
+                yield Document(line, split="all", name=f"line{i}")
         else:
             for i, line in self._jsonl_lines():
                 if not line.strip():
@@ -95,6 +86,17 @@ class TextCorpus(Corpus):
                 if not isinstance(label, int) or isinstance(label, bool) or not -1 <= label <= 127:
                     raise ValueError(f"{self.path}:{i}: 'label' must be an integer in [-1, 127], got {label!r}")
                 yield Document(obj["text"], label=label, split=str(obj.get("split", "all")), name=f"line{i}")
+
+    def _txt_lines(self) -> Iterator[tuple[int, bytes]]:
+        """``(line number, UTF-8 bytes)`` of a .txt file; a line ends at ``\\n`` (a trailing ``\\r``
+        is dropped) in every encoding."""
+        if self.encoding == "utf-8":
+            with open(self.path, "rb") as fh:
+                for i, line in enumerate(fh, 1):
+                    yield i, self._utf8(line.rstrip(b"\r\n"), self.path, i)
+        else:                                  # decoded before splitting: a UTF-16 newline is two bytes
+            for i, line in self._decoded_lines(newline="\n"):
+                yield i, line.rstrip("\r\n").encode("utf-8")
 
     def _jsonl_lines(self) -> Iterator[tuple[int, str]]:
         if self.encoding != "utf-8":

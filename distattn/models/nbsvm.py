@@ -84,29 +84,18 @@ def ngram_codes(docs: RaggedIds, vocab_size: int, ngram_range: tuple[int, int]) 
 
 
 def _check_docs(docs, vocab_size: int | None = None) -> tuple[RaggedIds, int]:
-    """``docs`` (an ``EncodedCorpus``, :class:`RaggedIds` or id sequences) as RaggedIds, and the
-    id range: the corpus's vocabulary size or the largest id + 1; with ``vocab_size`` given (the
-    fitted range), ids at or above it were never seen in fit and are marked out of vocabulary."""
-    if isinstance(docs, RaggedIds):
-        ragged = docs
-    elif isinstance(getattr(docs, "tokens", None), RaggedIds):
-        ragged = docs.tokens
-        if vocab_size is None and getattr(docs, "vocab", None) is not None:
-            vocab_size = len(docs.vocab)
-    elif isinstance(docs, (str, bytes)) or (isinstance(docs, np.ndarray) and docs.ndim == 1 and docs.dtype != object):
-        raise TypeError("docs must be a collection of documents (id sequences); wrap a single one in a list")
-    else:
-        ragged = RaggedIds.from_sequences(list(docs))
-    if len(ragged) == 0:
-        raise ValueError("docs holds no documents")
-    top = int(ragged.ids.max()) if len(ragged.ids) else -1
+    """``docs`` as RaggedIds (the statistics layer's :func:`as_ragged`) and the id range; with
+    ``vocab_size`` given (the fitted range), ids at or above it were never seen in fit and are
+    marked out of vocabulary."""
+    from distattn.stats.cooccurrence import as_ragged      # loaded with this module, on first use
+
     if vocab_size is None:
-        vocab_size = max(top + 1, 0)
-        if vocab_size < 1:
-            raise ValueError(f"the {len(ragged)} documents hold no in-vocabulary token (all empty or negative ids)")
-    elif top >= vocab_size:                      # an id fit never saw: no feature holds it
+        ragged, vocab_size, _ = as_ragged(docs)
+        return ragged, vocab_size
+    ragged, _, _ = as_ragged(docs, np.iinfo(np.int32).max)  # every id passes; the unseen ones go below
+    if len(ragged.ids) and ragged.ids.max() >= vocab_size:
         ragged = RaggedIds(np.where(ragged.ids >= vocab_size, -1, ragged.ids), ragged.offsets)
-    return ragged, int(vocab_size)
+    return ragged, vocab_size
 
 
 class NBSVMClassifier(ClassifierMixin, BaseEstimator):
