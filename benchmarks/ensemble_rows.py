@@ -2,9 +2,18 @@
 
 Each pretrained row writes ``probs_<row>.npz`` (its val-picked fine-tune's probabilities on the
 validation reviews and on test, with the labels and the validation indices). This script
-averages the probabilities of the rows given, after checking that they score the same reviews,
-and prints every member's and the ensemble's accuracy. The ensemble is the plain mean of all
-members: nothing in it is chosen on test (nor on validation).
+combines the rows given, after checking that they score the same reviews, and prints every
+member's accuracy and two ensembles':
+
+- ``mean``: the plain mean of the members' probabilities; nothing in it is chosen, on test or on
+  validation. Members with different calibrations (a sharp attention classifier beside NB-LR's
+  soft scores) weigh unequally in it: the sharper one decides most reviews.
+- ``stacked``: logistic regression on the members' logits (each scaled by its spread on the
+  validation reviews), fitted on the validation reviews only, then applied to test. Its ``val``
+  accuracy is out-of-fold (5-fold cross-validation on the validation reviews), so it is not scored
+  on the reviews that fitted it. A member whose own settings were picked on these validation
+  reviews (the epoch, NB-LR's C and β) looks a little better there than it is, and may be
+  weighted a little too much; test is never used.
 
     python benchmarks/ensemble_rows.py OUT1/probs_F_*.npz OUT2/probs_H_*.npz [--json result.json]
 """
@@ -12,10 +21,15 @@ members: nothing in it is chosen on test (nor on validation).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
+
+from distattn.atomic import write_json
+from distattn.cli import output_file
+
+CV_FOLDS = 5
+EPS = 1e-6          # probabilities are clipped to [EPS, 1 - EPS] before the logit
 
 
 def load(paths: list[str]) -> dict[str, dict]:
@@ -51,10 +65,42 @@ def accuracy(probs: np.ndarray, labels: np.ndarray) -> float:
     return float(((probs >= 0.5) == (labels == 1)).mean())
 
 
+def logits(rows: dict[str, dict], split: str, scale: np.ndarray | None = None):
+    """The members' logits on ``split`` as columns; each divided by ``scale`` (the members'
+    standard deviations on validation, computed when ``scale`` is None)."""
+    from scipy.special import logit
+
+    x = np.column_stack([logit(np.clip(r[split], EPS, 1 - EPS)) for r in rows.values()])
+    if scale is None:
+        scale = np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0)
+    return x / scale, scale
+
+
+def stack(rows: dict[str, dict]) -> dict | str:
+    """Logistic regression on the members' validation logits: out-of-fold val accuracy, the
+    refit on all validation reviews scored on test, and its weight per member; or, with too few
+    validation reviews to cross-validate, the reason it was not fitted."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+
+    first = next(iter(rows.values()))
+    y_val, y_test = first["val_labels"] == 1, first["test_labels"] == 1
+    if min(y_val.sum(), (~y_val).sum()) < CV_FOLDS:
+        return (f"not fitted: {CV_FOLDS}-fold cross-validation needs at least {CV_FOLDS} validation reviews "
+                f"of each class (got {int(y_val.sum())} positive, {int((~y_val).sum())} negative)")
+    x_val, scale = logits(rows, "val")
+    x_test, _ = logits(rows, "test", scale)
+    model = LogisticRegression()
+    oof = cross_val_predict(model, x_val, y_val, cv=StratifiedKFold(CV_FOLDS, shuffle=True, random_state=0))
+    model.fit(x_val, y_val)
+    return {"val": float((oof == y_val).mean()), "test": float((model.predict(x_test) == y_test).mean()),
+            "weights": dict(zip(rows, map(float, model.coef_[0]))), "intercept": float(model.intercept_[0])}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("probs", nargs="+", help="probs_<row>.npz files written by bench_models.py --part best")
-    ap.add_argument("--json", default=None, help="also write the table here")
+    ap.add_argument("--json", type=output_file, default=None, help="also write the table here")
     args = ap.parse_args(argv)
     rows = load(args.probs)
     first = next(iter(rows.values()))
@@ -66,8 +112,16 @@ def main(argv=None) -> dict:
                             for k in ("val", "test")}
     print(f"{f'mean of all {len(rows)}':<55} val {out['mean_ensemble']['val']:.4f}  "
           f"test {out['mean_ensemble']['test']:.4f}")
+    out["stacked"] = st = stack(rows)
+    if isinstance(st, str):
+        print(f"{'stacked':<55} {st}")
+    else:
+        print(f"{f'stacked (fitted on val; val {CV_FOLDS}-fold out-of-fold)':<55} val {st['val']:.4f}  "
+              f"test {st['test']:.4f}")
+        print("  stacking weights (per validation-std logit): "
+              + ", ".join(f"{k} {w:+.3f}" for k, w in st["weights"].items()))
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
+        write_json(args.json, out)
     return out
 
 

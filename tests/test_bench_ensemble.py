@@ -45,3 +45,52 @@ def test_rows_that_score_other_reviews_are_refused(tmp_path):
         ensemble_rows.main([a])
     with pytest.raises(SystemExit, match="no such file"):
         ensemble_rows.main([a, str(tmp_path / "nope.npz")])
+
+
+def test_an_unwritable_json_path_is_refused_before_any_work(tmp_path, capsys):
+    a = write(tmp_path / "probs_A.npz", [0.9, 0.6, 0.4, 0.1], [0.7, 0.2, 0.4])
+    b = write(tmp_path / "probs_B.npz", [0.8, 0.2, 0.7, 0.3], [0.4, 0.9, 0.1])
+    with pytest.raises(SystemExit):
+        ensemble_rows.main([a, b, "--json", a + "/e.json"])
+    err = capsys.readouterr()
+    assert "is a file" in err.err and "mean of all" not in err.out
+
+
+def test_too_few_validation_reviews_to_stack_still_give_the_mean(tmp_path, capsys):
+    a = write(tmp_path / "probs_A.npz", [0.9, 0.6, 0.4, 0.1], [0.7, 0.2, 0.4])
+    b = write(tmp_path / "probs_B.npz", [0.8, 0.2, 0.7, 0.3], [0.4, 0.9, 0.1])
+    out = ensemble_rows.main([a, b])
+    assert out["stacked"].startswith("not fitted") and "2 positive, 2 negative" in out["stacked"]
+    assert out["mean_ensemble"] == {"val": 1.0, "test": 1.0}
+
+
+def test_stacking_weighs_members_by_what_validation_shows(tmp_path, capsys):
+    # member "sharp": confident (probabilities near 0/1) but right only 75 % of the time;
+    # member "soft": scores near 0.5 but on the right side 90 % of the time. Their plain mean
+    # follows "sharp"; logistic regression on validation logits learns to follow "soft".
+    rng = np.random.default_rng(0)
+
+    def split(n):
+        y = rng.integers(0, 2, n)
+        sign = np.where(y == 1, 1.0, -1.0)
+        sharp = np.where(rng.random(n) < 0.75, sign, -sign) * rng.uniform(4.5, 5.5, n)
+        soft = np.where(rng.random(n) < 0.90, sign, -sign) * rng.uniform(0.15, 0.2, n)
+        return y, 1 / (1 + np.exp(-sharp)), 1 / (1 + np.exp(-soft))
+
+    yv, sharp_v, soft_v = split(600)
+    yt, sharp_t, soft_t = split(2000)
+    idx = np.arange(600)
+    a = write(tmp_path / "probs_sharp.npz", sharp_v, sharp_t, yv, yt, idx)
+    b = write(tmp_path / "probs_soft.npz", soft_v, soft_t, yv, yt, idx)
+    out = ensemble_rows.main([a, b])
+    st = out["stacked"]
+    assert out["mean_ensemble"]["test"] < out["members"]["soft"]["test"] - 0.1      # the mean follows "sharp"
+    assert st["weights"]["soft"] > 1.5 * st["weights"]["sharp"] > 0
+    assert st["test"] >= out["members"]["soft"]["test"] - 0.02
+    assert abs(st["val"] - out["members"]["soft"]["val"]) < 0.05                      # out-of-fold, not the fit
+    # the fit never sees test: other test labels change the score, not the predictions
+    c = write(tmp_path / "probs_soft2.npz", soft_v, soft_t, yv, 1 - yt, idx)
+    d = write(tmp_path / "probs_sharp2.npz", sharp_v, sharp_t, yv, 1 - yt, idx)
+    flipped = ensemble_rows.main([d, c])["stacked"]
+    assert flipped["test"] == pytest.approx(1 - st["test"])
+    assert list(flipped["weights"].values()) == pytest.approx(list(st["weights"].values()))
