@@ -80,3 +80,59 @@ def test_wrong_download_is_rejected_and_removed(tmp_path, monkeypatch):
 def test_unknown_split():
     with pytest.raises(ValueError, match="unknown IMDB split 'dev'; valid splits"):
         get_corpus("imdb", split="train+dev")
+
+
+def test_movie_ids_follow_the_reviews_and_the_official_split_keeps_movies_apart(imdb_archive):
+    import re
+    import tarfile
+
+    from distattn.corpus import read_imdb_archive, read_imdb_movie_ids
+
+    ids = read_imdb_movie_ids(imdb_archive, splits=("train", "test", "unsup"))
+    docs = read_imdb_archive(imdb_archive)
+    assert len(ids) == len(docs) == 100_000 and all(re.fullmatch(r"tt\d+", m) for m in ids)
+    # read independently with tarfile: line i of urls_<label>.txt is the movie of review i
+    with tarfile.open(imdb_archive) as tf:
+        urls = {(top, sub): tf.extractfile(f"aclImdb/{top}/urls_{sub}.txt").read().decode().split()
+                for top, sub in (("train", "pos"), ("train", "neg"), ("test", "pos"), ("test", "neg"),
+                                 ("train", "unsup"))}
+    for i in (0, 1, 12_499, 12_500, 24_999, 25_000, 37_777, 49_999, 50_000, 99_999):
+        top, sub, rid = re.match(r"aclImdb/(\w+)/(\w+)/(\d+)_", docs[i].name).groups()
+        assert f"/title/{ids[i]}/" in urls[(top, sub)][int(rid)]
+    assert read_imdb_movie_ids(imdb_archive, splits=("test",)) == ids[25_000:50_000]
+    train, test, unsup = set(ids[:25_000]), set(ids[25_000:50_000]), set(ids[50_000:])
+    assert 3_000 < len(train) < 4_000 and 3_000 < len(test) < 4_000
+    assert len(train & test) <= 1 and not unsup & (train | test)      # Maas et al.: movies kept apart
+    assert ImdbCorpus(split="test", data_dir=imdb_archive.parent, download=False).movie_ids() == ids[25_000:50_000]
+
+
+def _tiny_archive(path, urls_pos: bytes | None):
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tf:
+        def add(name, data):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        add("aclImdb/train/pos/0_9.txt", b"great film")
+        add("aclImdb/train/pos/1_8.txt", b"fine film")
+        if urls_pos is not None:
+            add("aclImdb/train/urls_pos.txt", urls_pos)
+    return path
+
+
+def test_movie_ids_need_the_url_lists(tmp_path):
+    from distattn.corpus import read_imdb_movie_ids
+
+    ok = _tiny_archive(tmp_path / "a.tar.gz", b"http://www.imdb.com/title/tt0000007/usercomments\n"
+                                              b"http://www.imdb.com/title/tt0000042/usercomments\n")
+    assert read_imdb_movie_ids(ok, splits=("train",)) == ["tt0000007", "tt0000042"]
+    assert read_imdb_movie_ids(ok, splits=("test",)) == []
+    with pytest.raises(CorruptArchiveError, match="no aclImdb/train/urls_pos.txt"):
+        read_imdb_movie_ids(_tiny_archive(tmp_path / "b.tar.gz", None), splits=("train",))
+    with pytest.raises(CorruptArchiveError, match=r"no IMDB title for review 1 \(line 2\)"):
+        read_imdb_movie_ids(_tiny_archive(tmp_path / "c.tar.gz", b"http://www.imdb.com/title/tt0000007/x\n"),
+                            splits=("train",))
+    with pytest.raises(ValueError, match="unknown IMDB split 'dev'"):
+        read_imdb_movie_ids(ok, splits=("dev",))

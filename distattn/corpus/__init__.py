@@ -9,7 +9,7 @@
 from distattn.corpus.documents import NO_LABEL, Corpus, Document
 from distattn.corpus.download import DownloadError, download, sha256_file
 from distattn.corpus.imdb import (ArchiveNotFoundError, CorruptArchiveError, ImdbCorpus, fetch_imdb,
-                                  find_imdb_archive, read_imdb_archive)
+                                  find_imdb_archive, read_imdb_archive, read_imdb_movie_ids)
 from distattn.corpus.ragged import RaggedIds
 from distattn.corpus.registry import UnknownCorpusError, available_corpora, get_corpus, register_corpus
 from distattn.corpus.text import TextCorpus
@@ -21,7 +21,7 @@ from distattn.corpus.vocabulary import PAD, UNK, Vocabulary
 
 __all__ = [
     "NO_LABEL", "Corpus", "Document", "DownloadError", "download", "sha256_file", "ArchiveNotFoundError",
-    "CorruptArchiveError", "ImdbCorpus", "fetch_imdb", "find_imdb_archive", "read_imdb_archive", "RaggedIds",
+    "CorruptArchiveError", "ImdbCorpus", "fetch_imdb", "find_imdb_archive", "read_imdb_archive", "read_imdb_movie_ids", "RaggedIds",
     "UnknownCorpusError", "available_corpora", "get_corpus", "register_corpus", "TextCorpus", "RegexTokenizer",
     "WhitespaceTokenizer", "SeedLiteralTokenizer", "default_tokenizer", "unicode_tokenizer", "DocumentTable", "EmptyCorpusError", "EncodedCorpus",
     "TokenizedCorpus", "tokenize_corpus", "PAD", "UNK", "Vocabulary",

@@ -88,21 +88,31 @@ def verify_imdb_archive(path: str | os.PathLike, sha256: str | None = None) -> N
     read_imdb_archive(path, splits=())
 
 
-def read_imdb_archive(path: str | os.PathLike, splits: Sequence[str] = SPLITS) -> list[Document]:
-    """All reviews of the given splits, sorted by (split, label, review id) so the order does
-    not depend on how the archive was packed. Checks the per-folder review counts."""
-    path = Path(path)
+def _archive_members(path: Path) -> tuple[bytes, list[tuple[str, int, int]]]:
+    """The decompressed tar image and its (name, offset, size) regular files."""
+    try:
+        raw = path.read_bytes()
+        data = zlib.decompress(raw, 47)  # 47: gzip or zlib header, max window
+        return data, index_regular_files(data)
+    except (zlib.error, tarfile.TarError, EOFError) as exc:
+        raise CorruptArchiveError(f"{path} is not a readable gzip'd tar archive ({exc}); it is probably "
+                                  f"truncated or damaged. Delete it and fetch {IMDB_URL} again.") from None
+
+
+def _check_splits(splits: Sequence[str]) -> set[str]:
     wanted = set(splits)
     bad = wanted - set(SPLITS)
     if bad:
         raise ValueError(f"unknown IMDB split {sorted(bad)[0]!r}; valid splits: {list(SPLITS)}")
-    try:
-        raw = path.read_bytes()
-        data = zlib.decompress(raw, 47)  # 47: gzip or zlib header, max window
-        members = index_regular_files(data)
-    except (zlib.error, tarfile.TarError, EOFError) as exc:
-        raise CorruptArchiveError(f"{path} is not a readable gzip'd tar archive ({exc}); it is probably "
-                                  f"truncated or damaged. Delete it and fetch {IMDB_URL} again.") from None
+    return wanted
+
+
+def read_imdb_archive(path: str | os.PathLike, splits: Sequence[str] = SPLITS) -> list[Document]:
+    """All reviews of the given splits, sorted by (split, label, review id) so the order does
+    not depend on how the archive was packed. Checks the per-folder review counts."""
+    path = Path(path)
+    wanted = _check_splits(splits)
+    data, members = _archive_members(path)
     view = memoryview(data)
     counts = dict.fromkeys(EXPECTED_COUNTS, 0)
     rows = []
@@ -126,6 +136,48 @@ def read_imdb_archive(path: str | os.PathLike, splits: Sequence[str] = SPLITS) -
         raise CorruptArchiveError(f"{path} does not hold the IMDB reviews: {detail}")
     rows.sort(key=lambda r: r[0])
     return [d for _, d in rows]
+
+
+_URLS = re.compile(r"^aclImdb/(train|test)/urls_(pos|neg|unsup)\.txt$")
+_TITLE = re.compile(rb"/title/(tt\d+)/")
+
+
+def read_imdb_movie_ids(path: str | os.PathLike, splits: Sequence[str] = SPLITS) -> list[str]:
+    """The IMDB title id (``"tt0453418"``) of the movie each review is about, in the order of
+    :func:`read_imdb_archive` for the same ``splits``.
+
+    The archive's ``urls_{pos,neg,unsup}.txt`` give, at line *i*, the movie of review *i* of that
+    folder. Maas et al. keep each movie on one side of the official split (train, test and unsup
+    share no movie, but for one), so a validation set drawn at random from train shares its
+    movies with the rest of train; hold out whole movies (``GroupKFold`` with these ids as
+    groups) for a validation set that resembles test.
+    """
+    path = Path(path)
+    wanted = _check_splits(splits)
+    data, members = _archive_members(path)
+    view = memoryview(data)
+    urls, keys = {}, []
+    for name, offset, size in members:
+        if match := _URLS.match(name):
+            urls[match.groups()] = bytes(view[offset:offset + size]).split()
+        elif match := _MEMBER.match(name):
+            top, sub, rid, _ = match.groups()
+            split = "unsup" if sub == "unsup" else top
+            if split in wanted:
+                keys.append((SPLITS.index(split), -_LABELS[sub], int(rid), top, sub))
+    keys.sort()
+    out = []
+    for *_, rid, top, sub in keys:
+        lines = urls.get((top, sub))
+        if lines is None:
+            raise CorruptArchiveError(f"{path} has no aclImdb/{top}/urls_{sub}.txt, which gives the movie of "
+                                      f"each review; the official archive ({IMDB_URL}) has it")
+        found = _TITLE.search(lines[rid]) if rid < len(lines) else None
+        if found is None:
+            raise CorruptArchiveError(f"{path}: aclImdb/{top}/urls_{sub}.txt gives no IMDB title for review "
+                                      f"{rid} (line {rid + 1})")
+        out.append(found.group(1).decode("ascii"))
+    return out
 
 
 class ImdbCorpus(Corpus):
@@ -165,6 +217,11 @@ class ImdbCorpus(Corpus):
 
     def __iter__(self) -> Iterator[Document]:
         yield from read_imdb_archive(self.path, self.splits)
+
+    def movie_ids(self) -> list[str]:
+        """The IMDB title id of each review's movie, in iteration order
+        (:func:`read_imdb_movie_ids`): groups for a movie-disjoint validation split."""
+        return read_imdb_movie_ids(self.path, self.splits)
 
     def __repr__(self) -> str:
         return f"ImdbCorpus(split={'+'.join(self.splits)!r})"
