@@ -15,6 +15,10 @@ member's accuracy and two ensembles':
   reviews (the epoch, NB-LR's C and β) looks a little better there than it is, and may be
   weighted a little too much; test is never used.
 
+Each ensemble's test accuracy is also given as a gain over the member with the best
+validation accuracy (the member one would have picked without the ensemble), with a 95 %
+paired bootstrap interval over the test reviews (``--bootstrap`` resamples, seed 0).
+
     python benchmarks/ensemble_rows.py OUT1/probs_F_*.npz OUT2/probs_H_*.npz [--json result.json]
 """
 
@@ -26,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from distattn.atomic import write_json
-from distattn.cli import output_file
+from distattn.cli import non_negative_int, output_file
 
 CV_FOLDS = 5
 EPS = 1e-6          # probabilities are clipped to [EPS, 1 - EPS] before the logit
@@ -76,10 +80,11 @@ def logits(rows: dict[str, dict], split: str, scale: np.ndarray | None = None):
     return x / scale, scale
 
 
-def stack(rows: dict[str, dict]) -> dict | str:
+def stack(rows: dict[str, dict]) -> tuple[dict | str, np.ndarray | None]:
     """Logistic regression on the members' validation logits: out-of-fold val accuracy, the
-    refit on all validation reviews scored on test, and its weight per member; or, with too few
-    validation reviews to cross-validate, the reason it was not fitted."""
+    refit on all validation reviews scored on test, and its weight per member, with its test
+    predictions; or, with too few validation reviews to cross-validate, the reason it was not
+    fitted (and None)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
@@ -87,19 +92,34 @@ def stack(rows: dict[str, dict]) -> dict | str:
     y_val, y_test = first["val_labels"] == 1, first["test_labels"] == 1
     if min(y_val.sum(), (~y_val).sum()) < CV_FOLDS:
         return (f"not fitted: {CV_FOLDS}-fold cross-validation needs at least {CV_FOLDS} validation reviews "
-                f"of each class (got {int(y_val.sum())} positive, {int((~y_val).sum())} negative)")
+                f"of each class (got {int(y_val.sum())} positive, {int((~y_val).sum())} negative)"), None
     x_val, scale = logits(rows, "val")
     x_test, _ = logits(rows, "test", scale)
     model = LogisticRegression()
     oof = cross_val_predict(model, x_val, y_val, cv=StratifiedKFold(CV_FOLDS, shuffle=True, random_state=0))
     model.fit(x_val, y_val)
-    return {"val": float((oof == y_val).mean()), "test": float((model.predict(x_test) == y_test).mean()),
-            "weights": dict(zip(rows, map(float, model.coef_[0]))), "intercept": float(model.intercept_[0])}
+    pred = model.predict(x_test)
+    return {"val": float((oof == y_val).mean()), "test": float((pred == y_test).mean()),
+            "weights": dict(zip(rows, map(float, model.coef_[0]))), "intercept": float(model.intercept_[0])}, pred
+
+
+def gain_over(correct: np.ndarray, reference: np.ndarray, resamples: int, seed: int = 0) -> dict:
+    """Test accuracy of ``correct`` minus that of ``reference`` (per-review booleans), with a 95 %
+    paired bootstrap interval: both are scored on the same resampled reviews."""
+    diff = correct.astype(np.int8) - reference.astype(np.int8)
+    out = {"gain": float(diff.mean())}
+    if resamples:
+        rng = np.random.default_rng(seed)
+        means = np.array([diff[rng.integers(0, diff.size, diff.size)].mean() for _ in range(resamples)])
+        out["ci95"] = [float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))]
+    return out
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("probs", nargs="+", help="probs_<row>.npz files written by bench_models.py --part best")
+    ap.add_argument("--bootstrap", type=non_negative_int, default=1000,
+                    help="paired bootstrap resamples for the ensembles' gain over the val-best member (0: none)")
     ap.add_argument("--json", type=output_file, default=None, help="also write the table here")
     args = ap.parse_args(argv)
     rows = load(args.probs)
@@ -108,18 +128,30 @@ def main(argv=None) -> dict:
     for name, r in rows.items():
         out["members"][name] = {k: accuracy(r[k], r[f"{k}_labels"]) for k in ("val", "test")}
         print(f"{name:<55} val {out['members'][name]['val']:.4f}  test {out['members'][name]['test']:.4f}")
-    out["mean_ensemble"] = {k: accuracy(np.mean([r[k] for r in rows.values()], axis=0), first[f"{k}_labels"])
-                            for k in ("val", "test")}
+    y_test = first["test_labels"] == 1
+    mean = {k: np.mean([r[k] for r in rows.values()], axis=0) for k in ("val", "test")}
+    out["mean_ensemble"] = {k: accuracy(mean[k], first[f"{k}_labels"]) for k in ("val", "test")}
     print(f"{f'mean of all {len(rows)}':<55} val {out['mean_ensemble']['val']:.4f}  "
           f"test {out['mean_ensemble']['test']:.4f}")
-    out["stacked"] = st = stack(rows)
-    if isinstance(st, str):
+    out["stacked"], stacked_pred = stack(rows)
+    st = out["stacked"]
+    if stacked_pred is None:
         print(f"{'stacked':<55} {st}")
     else:
         print(f"{f'stacked (fitted on val; val {CV_FOLDS}-fold out-of-fold)':<55} val {st['val']:.4f}  "
               f"test {st['test']:.4f}")
         print("  stacking weights (per validation-std logit): "
               + ", ".join(f"{k} {w:+.3f}" for k, w in st["weights"].items()))
+    best = max(out["members"], key=lambda k: out["members"][k]["val"])      # ties: the first given
+    reference = (rows[best]["test"] >= 0.5) == y_test
+    out["gain_over_val_best_member"] = {"member": best}
+    for name, correct in (("mean", (mean["test"] >= 0.5) == y_test),
+                          ("stacked", None if stacked_pred is None else stacked_pred == y_test)):
+        if correct is None:
+            continue
+        g = out["gain_over_val_best_member"][name] = gain_over(correct, reference, args.bootstrap)
+        ci = f" (95 % paired bootstrap {g['ci95'][0]:+.4f} to {g['ci95'][1]:+.4f})" if "ci95" in g else ""
+        print(f"  {name} − {best} (the val-best member) on test: {g['gain']:+.4f}{ci}")
     if args.json:
         write_json(args.json, out)
     return out

@@ -94,3 +94,26 @@ def test_stacking_weighs_members_by_what_validation_shows(tmp_path, capsys):
     flipped = ensemble_rows.main([d, c])["stacked"]
     assert flipped["test"] == pytest.approx(1 - st["test"])
     assert list(flipped["weights"].values()) == pytest.approx(list(st["weights"].values()))
+
+
+def test_gain_over_the_val_best_member_has_a_paired_bootstrap_interval():
+    ref = np.zeros(2_000, bool)
+    ref[:1_600] = True                                   # 0.80
+    better = ref.copy()
+    better[1_600:1_700] = True                           # 0.85: right on 100 more reviews, wrong on none
+    g = ensemble_rows.gain_over(better, ref, 500)
+    assert g["gain"] == pytest.approx(0.05) and 0 < g["ci95"][0] < 0.05 < g["ci95"][1] < 0.07
+    noisy = ref.copy()
+    noisy[:10], noisy[1_600:1_612] = False, True        # 10 lost, 12 won: +0.001, not told apart from 0
+    g = ensemble_rows.gain_over(noisy, ref, 500)
+    assert g["gain"] == pytest.approx(0.001) and g["ci95"][0] < 0 < g["ci95"][1]
+    assert "ci95" not in ensemble_rows.gain_over(noisy, ref, 0)
+
+
+def test_the_reference_member_is_picked_on_validation(tmp_path, capsys):
+    # B is the better on validation (A and B tie on test): the gain is measured against B, as one would pick it
+    a = write(tmp_path / "probs_A.npz", [0.9, 0.6, 0.4, 0.1], [0.7, 0.2, 0.4])    # val 2/4, test 2/3
+    b = write(tmp_path / "probs_B.npz", [0.8, 0.2, 0.7, 0.3], [0.4, 0.9, 0.1])    # val 4/4, test 2/3
+    out = ensemble_rows.main([a, b, "--bootstrap", "0"])
+    g = out["gain_over_val_best_member"]
+    assert g["member"] == "B" and g["mean"] == {"gain": pytest.approx(1 / 3)} and "stacked" not in g
