@@ -107,6 +107,7 @@ def test_text_corpus_run_then_warm_rerun(tmp_path, capsys):
     (["--corpus", "paper", "--seed", "-1"], "--seed must be an integer from 0 to 4294967295, got -1"),
     (["--corpus", "paper", "--seed", str(2**32)], f"got {2**32}"),
     (["--corpus", "paper", "--max-docs", "3"], "--max-docs must be at least 20 (or omitted), got 3"),
+    (["--corpus", "imdb", "--data-dir", "/no/such/dir"], "--data-dir '/no/such/dir' does not exist"),
 ])
 def test_bad_input(tmp_path, capsys, args, message):
     code, out, err = run_cli(args + ["--out", str(tmp_path), "-q"], capsys)
@@ -395,3 +396,89 @@ def test_one_label_skips_the_classifier_and_says_why(tmp_path, capsys, caplog):
     assert "classifier" not in metrics and [h["example"] for h in heat] == [f"held-out document {i}" for i in (1, 2, 3, 4)]
     report = next((tmp_path / "runs").glob("*/report.html")).read_text()
     assert "Held-out test documents." in report and "§IV.B" not in report   # the seed's IMDB reviews: IMDB only
+
+
+def test_a_data_dir_that_is_not_a_directory_is_refused(tmp_path, monkeypatch):
+    """A typo in --data-dir once fell back to $DISTATTN_DATA_DIR (or a download) without a word."""
+    from distattn.compare.config import CompareConfig
+    with pytest.raises(FileNotFoundError, match="--data-dir '/no/such/dir' does not exist"):
+        CompareConfig(corpus="imdb", data_dir="/no/such/dir").validate()
+    archive = tmp_path / "aclImdb_v1.tar.gz"
+    archive.write_bytes(b"x")
+    with pytest.raises(FileNotFoundError, match="is a file; pass the directory that holds aclImdb_v1.tar.gz"):
+        CompareConfig(corpus="imdb", data_dir=str(archive)).validate()
+    CompareConfig(corpus="imdb", data_dir=str(tmp_path)).validate()
+
+
+def test_an_unavailable_mps_device_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    """--device mps without MPS once failed with a RuntimeError traceback in the projection stage."""
+    import torch
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    code, out, err = run_cli(["--corpus", "paper", "--device", "mps", "--out", str(tmp_path / "runs"), "-q"], capsys)
+    assert code == 2 and "device='mps' was requested but MPS is not available" in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_unwritable_cache_directory_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    """It once failed with a NotADirectoryError traceback in the middle of the run."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(blocker / "cache"))
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=30)
+    code, out, err = run_cli(["--corpus", "text", "--path", str(corpus), "--no-models", "--out",
+                              str(tmp_path / "runs"), "-q", "--device", "cpu"], capsys)
+    assert code == 2 and f"cannot write the cache directory {str(blocker / 'cache')!r}" in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_out_that_is_a_file_is_named(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    for out in (blocker, blocker / "sub" / "runs"):
+        code, _, err = run_cli(["--corpus", "paper", "--out", str(out), "-q"], capsys)
+        assert code == 2 and f"{str(blocker)!r} is a file, not a directory" in err, err
+    assert blocker.read_text() == "x"
+
+
+def test_no_cache_uses_this_runs_analysis_not_a_cached_one(tmp_path, monkeypatch):
+    """--no-cache recomputed the analysis, then discarded it for the entry already in the cache."""
+    from types import SimpleNamespace
+
+    import distattn.compare.run as run_mod
+    from distattn.compare.config import CompareConfig
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    sizes = CompareConfig(corpus="paper", profile="quick").sizes()
+    data, stats = SimpleNamespace(key="d"), SimpleNamespace(key="s")
+    for value, cache in ((1, True), (2, False)):
+        run_dir = tmp_path / f"run{value}"
+        for sub in ("figures", "graphs"):
+            (run_dir / sub).mkdir(parents=True)
+
+        def analyse(out_dir, *args, value=value):
+            (out_dir / "figures" / "spectra.png").write_text(str(value))
+            return {"value": value}
+        monkeypatch.setattr(run_mod, "analyse", analyse)
+        assert run_mod.cached_analysis(run_dir, data, stats, {}, sizes, "cpu", cache=cache) == {"value": value}
+        assert (run_dir / "figures" / "spectra.png").read_text() == str(value)
+
+
+def test_a_run_interrupted_while_writing_its_report_leaves_no_run_directory(tmp_path, capsys, monkeypatch):
+    import distattn.compare.report as report_mod
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(report_mod, "write_report", interrupted)
+    (tmp_path / "runs" / "an-earlier-run").mkdir(parents=True)
+    code, out, err = run_cli(["--corpus", "paper", "--out", str(tmp_path / "runs"), "-q"], capsys)
+    assert code == 130
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["an-earlier-run"]    # no run without its report
+
+
+def test_an_interrupt_under_no_cache_does_not_promise_a_resume(tmp_path, capsys, monkeypatch):
+    import distattn.compare.run as run_mod
+
+    def interrupted(run_dir):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(run_mod, "paper_reproduction", interrupted)
+    code, out, err = run_cli(["--corpus", "paper", "--out", str(tmp_path), "-q", "--no-cache"], capsys)
+    assert code == 130 and "resumes from its last checkpoint" not in err and "--no-cache" in err

@@ -48,8 +48,12 @@ def main(argv=None) -> int:
         cfg.validate()
         run_dir = run(cfg, cache=not args.no_cache, progress=not args.quiet)
     except KeyboardInterrupt:
-        print("interrupted: finished stages are cached, and training resumes from its last checkpoint when the "
-              "same command is run again", file=sys.stderr)
+        if args.no_cache:           # --no-cache neither reads the cache nor resumes: the same command starts over
+            print("interrupted: with --no-cache the same command recomputes every stage from the start; run it "
+                  "without --no-cache to reuse the models this run finished", file=sys.stderr)
+        else:
+            print("interrupted: finished stages are cached, and training resumes from its last checkpoint when the "
+                  "same command is run again", file=sys.stderr)
         return 130
     except (ValueError, FileNotFoundError, OutputDirError, MemoryError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -90,6 +90,15 @@ class CompareConfig:
             from distattn.corpus import TextCorpus
             TextCorpus(self.path)          # a missing path or an unsupported format fails here, before any output
         check_corpus_options(self.corpus, self.path, self.data_dir)
+        if self.corpus == "imdb" and self.data_dir:     # else a typo fell back to $DISTATTN_DATA_DIR or a download
+            from pathlib import Path
+            where = Path(self.data_dir).expanduser()
+            if not where.is_dir():
+                raise FileNotFoundError(
+                    f"--data-dir {self.data_dir!r} " + ("is a file; pass the directory that holds aclImdb_v1.tar.gz"
+                                                        if where.exists() else
+                                                        "does not exist; pass the directory that holds "
+                                                        "aclImdb_v1.tar.gz"))
         if self.profile not in PROFILES:
             raise ValueError(f"--profile {self.profile!r} is not one of {PROFILES}")
         if self.device not in DEVICES:

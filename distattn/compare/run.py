@@ -44,8 +44,10 @@ def make_run_dir(out: str, corpus: str) -> Path:
         for sub in ("figures", "graphs", "checkpoints"):
             ensure_writable_dir(run_dir / sub)
     except OSError as exc:
-        raise OutputDirError(f"cannot write the run directory {str(run_dir)!r} under --out {out!r}: "
-                             f"{exc.strerror or exc}") from None
+        # "File exists" / "Not a directory" read as if the run directory were the trouble: name the file in the way
+        blocker = next((p for p in (Path(out), *Path(out).parents) if p.exists() and not p.is_dir()), None)
+        why = f"{str(blocker)!r} is a file, not a directory" if blocker is not None else exc.strerror or exc
+        raise OutputDirError(f"cannot write the run directory {str(run_dir)!r} under --out {out!r}: {why}") from None
     return run_dir
 
 
@@ -104,6 +106,14 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
     if profile == "full" and device.type == "cpu" and cfg.train_models:     # --device auto on a machine without one
         raise ValueError("--profile full trains seed-size models and needs a GPU, and none was found (device "
                          f"{cfg.device!r} resolved to cpu); use --profile quick, or add --no-models")
+    if cfg.corpus != "paper":                        # the stages are kept there (even with --no-cache: the
+        from distattn.paths import cache_dir          # tokenized corpus and the trained models)
+        cache_root = cache_dir(create=False)
+        try:
+            ensure_writable_dir(cache_root / "compare")
+        except OSError as exc:
+            raise OutputDirError(f"cannot write the cache directory {str(cache_root)!r} (set DISTATTN_CACHE_DIR to "
+                                 f"a writable directory): {exc.strerror or exc}") from None
     fresh = missing_dirs(cfg.out)
     try:
         run_dir = make_run_dir(cfg.out, cfg.corpus)
@@ -116,7 +126,7 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
         # a run that fails or is interrupted leaves no half-filled run directory behind (nor an --out
         # it created for it); the stages it finished stay in the cache and training resumes from its
         # checkpoint when the command is run again
-        if not (run_dir / "metrics.json").exists():
+        if not (run_dir / "report.html").exists():      # the last file a finished run writes
             shutil.rmtree(run_dir, ignore_errors=True)
             remove_empty_dirs(fresh)
         raise
@@ -266,7 +276,9 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
     d, _ = stage_dir("analysis", {"version": 4, "data": data.key, "stats": stats.key,
                                   "sizes": dataclasses.asdict(sizes),
                                   "models": {n: m.checkpoint.parent.name for n, m in models.items()}})
-    if not (cache and (d / "analysis.json").exists()):
+    if not cache:               # recompute: this run's analysis, never an entry a cached run left there
+        return json.loads(json.dumps(_jsonable(analyse(run_dir, data, stats, models, sizes, device))))
+    if not (d / "analysis.json").exists():
         with atomic_dir(d) as tmp:
             for sub in ("figures", "graphs"):
                 (tmp / sub).mkdir()

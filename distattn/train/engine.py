@@ -151,6 +151,11 @@ def pick_device(requested: str = "auto", local_rank: int = 0) -> torch.device:
         dev = torch.device(requested)
         if dev.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device={requested!r} was requested but CUDA is not available")
+        if dev.type == "mps" and not (getattr(torch.backends, "mps", None) is not None
+                                      and torch.backends.mps.is_available()):
+            raise ValueError(f"device={requested!r} was requested but MPS is not available (it needs Apple silicon "
+                             f"and a torch built with MPS); allowed here: 'auto', 'cpu'"
+                             f"{', ' + repr('cuda') if torch.cuda.is_available() else ''}")
         return dev
     if torch.cuda.is_available():
         return torch.device("cuda", local_rank % torch.cuda.device_count())
