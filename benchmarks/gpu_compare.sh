@@ -5,6 +5,18 @@
 set -o pipefail
 export PYTHONPATH=$PWD DISTATTN_DATA_DIR=$PWD/.gpu DISTATTN_CACHE_DIR=/tmp/dacache PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
+COMPARE_RUNS=${COMPARE_RUNS:-/tmp/runs}
+mkdir -p "$OUT"
+# seconds since $1 (python3, not bc: the device image need not have bc)
+since() { python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 2))" "$1"; }
+# the report, metrics and config of the first finished run (the cold one; the warm one when the
+# cold run was cut by the timeout and left a directory without a report)
+copy_report() {
+  local report
+  report=$(ls -tr "$COMPARE_RUNS"/imdb-*/report.html 2>/dev/null | head -1)
+  [ -n "$report" ] || { echo "no finished run under $COMPARE_RUNS: no report to copy"; return 1; }
+  cp "$(dirname "$report")"/{report.html,metrics.json,config.json} "$OUT"/ && echo "report of $(dirname "$report")"
+}
 python3 -c "import numba, llvmlite, torch; print('numba', numba.__version__, 'llvmlite', llvmlite.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))" 2>&1 | tee $OUT/env.txt
 nproc | tee -a $OUT/env.txt
 python3 -m pytest -q -x -p no:cacheprovider tests/test_cooccurrence.py tests/test_nexttoken.py tests/test_projection_core.py 2>&1 | tail -3 | tee $OUT/smoke.txt
@@ -12,12 +24,12 @@ grep -q " passed" $OUT/smoke.txt && ! grep -q "failed\|error" $OUT/smoke.txt || 
 start=$(date +%s.%N)
 # the stage log (no -q) goes to a file, its stage lines to the terminal; a run cut by the
 # timeout still leaves every finished stage's time in the log
-timeout ${COMPARE_TIMEOUT:-520} python3 -m distattn.compare --corpus imdb --profile full --out /tmp/runs \
+timeout ${COMPARE_TIMEOUT:-520} python3 -m distattn.compare --corpus imdb --profile full --out "$COMPARE_RUNS" \
     > $OUT/compare_cold.log 2>&1
-echo "exit $?; cold wall $(echo "$(date +%s.%N) - $start" | bc) s" | tee -a $OUT/compare_cold.log
+echo "exit $?; cold wall $(since "$start") s" | tee -a $OUT/compare_cold.log
 grep -aE "stage|analysis |ppl|report" $OUT/compare_cold.log | tr '\r' '\n' | grep -avE "it/s|row/s" | tail -40
+copy_report      # now, so that a warm run cut by the call's limit still leaves the cold run's report
 start=$(date +%s.%N)
-python3 -m distattn.compare --corpus imdb --profile full --out /tmp/runs -q 2>&1 | tail -3 | tee $OUT/compare_warm.log
-echo "warm wall $(echo "$(date +%s.%N) - $start" | bc) s" | tee -a $OUT/compare_warm.log
-run=$(ls -td /tmp/runs/imdb-* | tail -1)
-cp "$run/report.html" "$run/metrics.json" "$run/config.json" $OUT/
+python3 -m distattn.compare --corpus imdb --profile full --out "$COMPARE_RUNS" -q 2>&1 | tail -3 | tee $OUT/compare_warm.log
+echo "warm wall $(since "$start") s" | tee -a $OUT/compare_warm.log
+[ -f "$OUT/report.html" ] || copy_report

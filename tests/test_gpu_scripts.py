@@ -1,0 +1,109 @@
+"""``benchmarks/gpu_check.sh`` and ``gpu_compare.sh``, the owed GPU calls, run here with a stand-in
+``python3`` (no GPU, no training): what they leave in ``$OUT`` is all a device call brings back, at
+most 8 files, so a mistake in them would only show after the lent machine's minutes were spent."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEVICE_MAX_FILES = 8            # files the device machine brings back from $OUT
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None
+                                or shutil.which("tar") is None, reason="needs bash, timeout and tar")
+
+FAKE_PYTHON = r'''#!{python}
+"""Stands in for python3: `-c` runs the real interpreter; the benchmark and the compare are faked."""
+import os, sys
+from pathlib import Path
+args = sys.argv[1:]
+if args[0] == "-c":
+    os.execv({python!r}, [{python!r}, *args])
+if args[0] == "benchmarks/bench_models.py":
+    out = Path(args[args.index("--out") + 1])
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ["seed.json", "mfu.json", "seedvar.json", "seedsplit.json"] + [
+            f"metrics_run_{{i}}.json" for i in range(9)] + ["probs_F.npz"]:
+        (out / name).write_text(name)
+    print("bench done")
+    sys.exit(int(os.environ.get("FAKE_RC", "0")))
+if args[:2] == ["-m", "pytest"]:
+    print("3 passed in 0.10s")
+    sys.exit(0)
+if args[:2] == ["-m", "distattn.compare"]:
+    runs = Path(args[args.index("--out") + 1])
+    runs.mkdir(parents=True, exist_ok=True)
+    n = len(list(runs.glob("imdb-*")))
+    run = runs / f"imdb-{{n}}"
+    run.mkdir()
+    (run / "config.json").write_text(run.name)
+    if n == 0 and os.environ.get("FAKE_COLD") == "cut":        # killed by the timeout mid-run
+        sys.exit(124)
+    for name in ("metrics.json", "report.html"):
+        (run / name).write_text(run.name)
+    print("report", run)
+    sys.exit(0)
+sys.exit(f"unexpected call: {{args}}")
+'''
+
+
+def _fake_bin(tmp_path: Path) -> dict:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text(FAKE_PYTHON.format(python=sys.executable))
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTATTN_", "FAKE_"))}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    env["OUT"] = str(tmp_path / "out")
+    return env
+
+
+def _returned(out: Path) -> list[str]:
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("rc", [0, 3])
+def test_gpu_check_brings_every_bench_file_back_in_one_archive_and_keeps_the_exit_code(tmp_path, rc):
+    env = _fake_bin(tmp_path)
+    env.update(GPU_CHECK_STAGE=str(tmp_path / "stage"), FAKE_RC=str(rc))
+    done = subprocess.run(["bash", "benchmarks/gpu_check.sh", "seed,mfu", "--set", "x=1"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == rc, done.stdout + done.stderr
+    out = tmp_path / "out"
+    assert _returned(out) == ["bench_seed_mfu.tar.gz", "log_seed_mfu.txt"]      # at most 8 come back
+    with tarfile.open(out / "bench_seed_mfu.tar.gz") as tar:
+        names = sorted(m.name for m in tar.getmembers() if m.isfile())
+    assert len(names) == 14 > DEVICE_MAX_FILES and "bench/probs_F.npz" in names and "bench/seed.json" in names
+    assert "bench done" in (out / "log_seed_mfu.txt").read_text()
+
+
+@pytest.mark.parametrize("cold", ["done", "cut"])
+def test_gpu_compare_copies_the_report_of_the_first_finished_run(tmp_path, cold):
+    """A cold run cut by its timeout leaves a run directory without a report: the warm run's
+    report is copied instead (the script once copied from the cut directory and failed)."""
+    env = _fake_bin(tmp_path)
+    env.update(COMPARE_RUNS=str(tmp_path / "runs"), FAKE_COLD=cold)
+    (tmp_path / "out").mkdir()                  # as on the device machine
+    done = subprocess.run(["bash", "benchmarks/gpu_compare.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = tmp_path / "out"
+    files = _returned(out)
+    assert len(files) <= DEVICE_MAX_FILES
+    assert {"report.html", "metrics.json", "config.json", "compare_cold.log", "compare_warm.log"} <= set(files)
+    want = "imdb-0" if cold == "done" else "imdb-1"
+    assert (out / "report.html").read_text() == want and (out / "config.json").read_text() == want
+    assert "cold wall " in (out / "compare_cold.log").read_text()
+    assert "warm wall " in (out / "compare_warm.log").read_text()
+    # the wall times are numbers (they were computed with bc, which the device image need not have)
+    for log in ("compare_cold.log", "compare_warm.log"):
+        wall = (out / log).read_text().split("wall ")[-1].split()[0]
+        assert float(wall) >= 0
