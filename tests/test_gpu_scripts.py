@@ -4,6 +4,7 @@ most 8 files, so a mistake in them would only show after the lent machine's minu
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -34,6 +35,11 @@ if args[0] == "benchmarks/bench_models.py":
         (out / name).write_text(name)
     print("bench done")
     sys.exit(int(os.environ.get("FAKE_RC", "0")))
+if args[0] == "benchmarks/ensemble_rows.py":
+    import json
+    Path(args[args.index("--json") + 1]).write_text(json.dumps(args))
+    print("ensemble done")
+    sys.exit(0)
 if args[:2] == ["-m", "pytest"]:
     print("3 passed in 0.10s")
     sys.exit(0)
@@ -81,7 +87,9 @@ def test_gpu_check_brings_every_bench_file_back_in_one_archive_and_keeps_the_exi
     assert _returned(out) == ["bench_seed_mfu.tar.gz", "log_seed_mfu.txt"]      # at most 8 come back
     with tarfile.open(out / "bench_seed_mfu.tar.gz") as tar:
         names = sorted(m.name for m in tar.getmembers() if m.isfile())
-    assert len(names) == 14 > DEVICE_MAX_FILES and "bench/probs_F.npz" in names and "bench/seed.json" in names
+    # the stand-in bench writes 14 files, one of them a row's probabilities, hence the ensemble's JSON too
+    assert len(names) == 15 > DEVICE_MAX_FILES and "bench/probs_F.npz" in names and "bench/seed.json" in names
+    assert "bench/ensemble_with_nbsvm.json" in names
     assert "bench done" in (out / "log_seed_mfu.txt").read_text()
 
 
@@ -107,3 +115,17 @@ def test_gpu_compare_copies_the_report_of_the_first_finished_run(tmp_path, cold)
     for log in ("compare_cold.log", "compare_warm.log"):
         wall = (out / log).read_text().split("wall ")[-1].split()[0]
         assert float(wall) >= 0
+
+
+def test_gpu_check_ensembles_its_rows_with_the_committed_nbsvm_probabilities(tmp_path):
+    env = _fake_bin(tmp_path)
+    env.update(GPU_CHECK_STAGE=str(tmp_path / "stage"))
+    done = subprocess.run(["bash", "benchmarks/gpu_check.sh", "best", "--rows", "F"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = tmp_path / "out"
+    assert "ensemble done" in (out / "log_best.txt").read_text()
+    with tarfile.open(out / "bench_best.tar.gz") as tar:
+        args = json.loads(tar.extractfile("bench/ensemble_with_nbsvm.json").read())
+    nbsvm = "benchmarks/results/cpu_nbsvm_imdb/probs_nbsvm.npz"
+    assert args[1].endswith("bench/probs_F.npz") and nbsvm in args and (ROOT / nbsvm).is_file()
