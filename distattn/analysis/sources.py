@@ -169,7 +169,9 @@ class TorchModelAdapter:
 
         from distattn.models.hooks import capture_hooks
         ids = np.asarray(token_ids, dtype=np.int64)
-        ids = torch.as_tensor(np.where(ids < 0, self.oov_id, ids))[None]
+        param = next(self.model.parameters(), None)         # the ids go where the model is (a GPU model too)
+        ids = torch.as_tensor(np.where(ids < 0, self.oov_id, ids))[None].to(param.device if param is not None
+                                                                          else "cpu")
         self.model.eval()
         # the library's LM and classifier run every attention layer inside ``trunk``: stopping
         # there skips the unembedding (vocab x d per token), most of an LM's forward cost

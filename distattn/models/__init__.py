@@ -94,7 +94,7 @@ def load_embeddings(model: nn.Module, vectors, rescale: bool = True) -> nn.Modul
     """
     weight = embedding_weight(model)
     emb = model.trunk.tok_emb if hasattr(model, "trunk") else model.tok_emb
-    v = torch.as_tensor(np.asarray(vectors), dtype=torch.float32)
+    v = torch.as_tensor(np.asarray(vectors), dtype=torch.float32).to(weight.device)   # a GPU model too
     if v.shape != tuple(weight.shape):
         raise ValueError(f"vectors have shape {tuple(v.shape)}; the model's embedding is {tuple(weight.shape)} "
                          f"(vocab_size, d_model)")
