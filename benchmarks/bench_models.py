@@ -457,29 +457,44 @@ def part_best(data, args, device):
         return {k: task.predict(clf, evals[k], device, auto) for k in ("val", "test")}
 
     def pretrained_row(name, svd, objective="causal", reverse=False):
-        seed_everything(0)
         docs = concat(data["train"], data["unsup"])
         if reverse:                 # a right-to-left LM: every review's tokens in reverse order
             docs = docs.reverse()
-        if objective == "mlm":      # one extra id, the [MASK] token; the classifier inherits it unused
-            lm_cfg = MaskedLMConfig(vocab_size=30_001, **S["pre_model"])
-            lm = MaskedLM(lm_cfg)
-            task = MaskedLMTask(MaskedLMData(docs, seq_len=lm_cfg.max_len, mask_id=lm_cfg.mask_token))
-            epochs = S["mlm_epochs"]
-        else:
-            lm_cfg = LMConfig(vocab_size=30_000, **S["pre_model"])
-            lm = TransformerLM(lm_cfg)
-            task = LMTask(LMData(docs, seq_len=lm_cfg.max_len), {})
-            epochs = S["pre_epochs"]
-        if svd:
-            v = svd_vectors(data, lm_cfg.d_model, args.smoke)
-            v = np.vstack([v, np.zeros((lm_cfg.vocab_size - len(v), v.shape[1]), v.dtype)])  # [MASK]: own init
-            load_embeddings(lm, v)
+
+        def fresh_lm():
+            seed_everything(0)
+            if objective == "mlm":      # one extra id, the [MASK] token; the classifier inherits it unused
+                lm_cfg = MaskedLMConfig(vocab_size=30_001, **S["pre_model"])
+                lm = MaskedLM(lm_cfg)
+                task = MaskedLMTask(MaskedLMData(docs, seq_len=lm_cfg.max_len, mask_id=lm_cfg.mask_token))
+                epochs = S["mlm_epochs"]
+            else:
+                lm_cfg = LMConfig(vocab_size=30_000, **S["pre_model"])
+                lm = TransformerLM(lm_cfg)
+                task = LMTask(LMData(docs, seq_len=lm_cfg.max_len), {})
+                epochs = S["pre_epochs"]
+            if svd:
+                v = svd_vectors(data, lm_cfg.d_model, args.smoke)
+                v = np.vstack([v, np.zeros((lm_cfg.vocab_size - len(v), v.shape[1]), v.dtype)])  # [MASK]: own init
+                load_embeddings(lm, v)
+            return lm_cfg, lm, task, epochs
+
+        lm_cfg, lm, task, epochs = fresh_lm()
         t = time.perf_counter()
-        pre = Trainer(lm, task, lm_train_config(epochs=epochs, batch_size=S["pre_batch"],
-                                                lr=S["pre_lr"], warmup_steps=S["lm_warmup"], progress=False,
-                                                max_steps=S["max_steps"], compile=S["compile"]),
-                      out_dir=args.runs / f"pre_{name}").fit()
+        pre_cfg = lm_train_config(epochs=epochs, batch_size=S["pre_batch"], lr=S["pre_lr"],
+                                  warmup_steps=S["lm_warmup"], progress=False, max_steps=S["max_steps"],
+                                  compile=S["compile"])
+        try:
+            pre = Trainer(lm, task, pre_cfg, out_dir=args.runs / f"pre_{name}").fit()
+        except Exception:            # e.g. torch.compile failing on this machine: the row, not the part, pays
+            if not pre_cfg.compile:
+                raise
+            traceback.print_exc()
+            log(f"[best] pretraining {name} with compile failed; retrying without compile")
+            lm_cfg, lm, task, epochs = fresh_lm()
+            pre_cfg.compile = False
+            t = time.perf_counter()
+            pre = Trainer(lm, task, pre_cfg, out_dir=args.runs / f"pre_{name}_nocompile").fit()
         t_pre = time.perf_counter() - t
         log(f"[best] pretraining {name}: {t_pre:.1f}s, final train loss {pre['history'][-1]['train_loss']:.3f}, "
             f"{pre['summary']['steady_tokens_per_s']:,.0f} tokens/s")
@@ -524,7 +539,7 @@ def part_best(data, args, device):
                {"pretrain_seconds": t_pre, "finetune_seconds": pick["seconds"], "finetune_variant": pick["variant"],
                 "finetune_tried": [{k: x[k] for k in ("variant", "val", "best_epoch", "test", "seconds")} for x in tries],
                 "pretrain_final_loss": pre["history"][-1]["train_loss"],
-                "pretrain_tokens_per_s": pre["summary"]["steady_tokens_per_s"]})
+                "pretrain_tokens_per_s": pre["summary"]["steady_tokens_per_s"], "pretrain_compile": pre_cfg.compile})
         args.variants = False
         if len(probs) > 1:
             _, evals = cls_data(lm_cfg.max_len, "head")

@@ -166,3 +166,24 @@ def test_every_part_of_the_gpu_benchmark_runs_at_smoke_size(tmp_path, monkeypatc
         f"probs_{r['name']}.npz" for r in parts["best"]["rows"] if "members" not in r)    # every row, A-D too
     with np.load(out / "probs_B_ppmi_svd_init_256.npz") as z:      # the val-best weights give the val accuracy
         assert ((z["val"] >= 0.5) == (z["val_labels"] == 1)).mean() == pytest.approx(rows["B"]["val_accuracy"])
+
+
+def test_a_pretraining_that_fails_to_compile_is_retried_without_compile(tmp_path, monkeypatch, capsys):
+    """torch.compile failing on the lent machine costs the row a retry, not the whole ``best`` part
+    (as in the ``lm`` part); the row records that it ran without compile."""
+    import json
+
+    class NoCompiler(bench_models.Trainer):
+        def fit(self):
+            if self.config.compile:
+                raise RuntimeError("stand-in for a torch.compile backend failure")
+            return super().fit()
+
+    monkeypatch.setattr(bench_models, "Trainer", NoCompiler)
+    prep, out = _tiny_prep(tmp_path / "prep.npz"), tmp_path / "out"
+    _main(monkeypatch, "--part", "best", "--rows", "F", "--smoke", "--set", "compile=true", "--prep", str(prep),
+          "--out", str(out))
+    row = next(r for r in json.loads((out / "best.json").read_text())["rows"] if r["name"].startswith("F"))
+    assert row["pretrain_compile"] is False and 0.0 <= row["test_accuracy_at_best_val"] <= 1.0
+    assert "retrying without compile" in capsys.readouterr().out
+    assert any(p.name.endswith("_nocompile") for p in (out / "runs").iterdir())
