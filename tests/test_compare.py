@@ -45,6 +45,16 @@ def test_paper_run(tmp_path, capsys):
     assert paper["bank_loan"]["norm_M"] == [[0.0, 1.0], [1.0, 0.0]]
 
 
+def test_options_the_paper_corpus_ignores_are_named(tmp_path, capsys, caplog):
+    code, out, err = run_cli(["--corpus", "paper", "--out", str(tmp_path), "-q", "--max-docs", "50", "--seed", "3",
+                              "--no-models"], capsys)
+    assert code == 0, err
+    assert "--max-docs, --no-models, --seed ignored: --corpus paper" in caplog.text + err
+    caplog.clear()
+    code, out, err = run_cli(["--corpus", "paper", "--out", str(tmp_path), "-q"], capsys)
+    assert code == 0 and "ignored" not in caplog.text + err
+
+
 def test_text_corpus_run_then_warm_rerun(tmp_path, capsys):
     corpus = synthetic_jsonl(tmp_path / "c.jsonl")
     args = ["--corpus", "text", "--path", str(corpus), "--profile", "quick", "--out", str(tmp_path / "runs"), "-q",

@@ -139,6 +139,11 @@ def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache
     t0 = time.perf_counter()
     metrics: dict = {"profile": profile, "timings_s": timings}
     if cfg.corpus == "paper":
+        ignored = [opt for opt, given in (("--max-docs", cfg.max_docs is not None), ("--no-models", not cfg.train_models),
+                                          ("--seed", cfg.seed != 0)) if given]
+        if ignored:             # accepted (they are valid options) but they change nothing here: say so
+            log.warning("%s ignored: --corpus paper reproduces the paper's fixed toy examples (no data, no "
+                        "training)", ", ".join(ignored))
         metrics["paper"] = _stage("paper", timings, paper_reproduction, run_dir)
     else:
         data = _stage("data", timings, load_data, cfg, sizes, progress)
