@@ -29,11 +29,9 @@ import numpy as np
 
 from distattn.cli import non_negative_int, output_file, positive_int, run_script
 
-
-def random_validation(n: int, n_val: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(train, validation) indices: the split ``bench_models.py`` holds out of train."""
-    perm = np.random.default_rng(seed).permutation(n)
-    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ngram_baseline import build_parser as baseline_parser  # noqa: E402  (the baseline's grid and vocabulary)
+from ngram_baseline import validation_split as random_validation  # noqa: E402  (bench_models' split)
 
 
 def movie_disjoint_validation(movies: np.ndarray, n_val: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -87,9 +85,6 @@ def nbsvm_grid(args, movies_train: np.ndarray) -> dict:
     from distattn.corpus import get_corpus, tokenize_corpus
     from distattn.models import NBSVMClassifier
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from ngram_baseline import build_parser as baseline_parser
-
     grid = baseline_parser().parse_args([])              # the baseline's C × β grid and vocabulary
     tc = tokenize_corpus(get_corpus("imdb", data_dir=args.data_dir))
     vocab = tc.split("train+unsup").vocabulary(max_size=grid.vocab_size - 2)
@@ -139,9 +134,14 @@ def main(argv=None):
         ap.error(f"argument --n-val: got {args.n_val}; allowed: fewer than the 25,000 train reviews")
 
     from distattn.corpus import ImdbCorpus
+    from distattn.corpus.imdb import EXPECTED_COUNTS, SPLITS
 
     t0 = time.perf_counter()
-    movies = {s: np.asarray(ImdbCorpus(split=s, data_dir=args.data_dir).movie_ids()) for s in ("train", "test", "unsup")}
+    ids = np.asarray(ImdbCorpus(split="+".join(SPLITS), data_dir=args.data_dir).movie_ids())   # one archive read
+    sizes = dict.fromkeys(SPLITS, 0)                   # reviews per split; the ids come in SPLITS order
+    for (top, sub), n in EXPECTED_COUNTS.items():
+        sizes["unsup" if sub == "unsup" else top] += n
+    movies = dict(zip(SPLITS, np.split(ids, np.cumsum([sizes[s] for s in SPLITS])[:-1])))
     result = {"args": vars(args), **overlap(movies, args.n_val, args.val_seed)}
     if args.nbsvm:
         result["nbsvm"] = nbsvm_grid(args, movies["train"])

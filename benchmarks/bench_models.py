@@ -245,6 +245,28 @@ def part_seed(data, args, device):
     return out
 
 
+def fit_compile_or_eager(build, cfg, out_dir: Path, what: str):
+    """Train ``build()``'s fresh ``(model, task)`` under ``cfg``. If that fails with ``cfg.compile``
+    on (e.g. no compiler for torch.compile on this machine), log it and train a fresh ``build()``
+    without compile in ``<out_dir>_nocompile``: the row pays a retry, not the whole part.
+    Returns ``(model, result, seconds)``, the seconds of the fit that finished (building the model
+    not included); ``cfg.compile`` then says which ran."""
+    model, task = build()
+    t = time.perf_counter()
+    try:
+        res = Trainer(model, task, cfg, out_dir=out_dir).fit()
+    except Exception:
+        if not cfg.compile:
+            raise
+        traceback.print_exc()
+        log(f"{what} with compile failed; retrying without compile")
+        cfg.compile = False
+        model, task = build()
+        t = time.perf_counter()
+        res = Trainer(model, task, cfg, out_dir=out_dir.with_name(out_dir.name + "_nocompile")).fit()
+    return model, res, time.perf_counter() - t
+
+
 def part_lm(data, args, device):
     S = args.sizes
     out = {}
@@ -255,24 +277,14 @@ def part_lm(data, args, device):
     B = S["lm_batch"]
 
     # engine: bf16 + compile + fused AdamW, full epoch(s)
-    seed_everything(0)
-    lm = TransformerLM(lm_cfg)
-    fpt = lm.flops_per_token(lm_cfg.max_len)
+    def build():
+        seed_everything(0)
+        return TransformerLM(lm_cfg), LMTask(train, {"test": test_stream}, max_eval_sequences=512)
+
     cfg = lm_train_config(epochs=S["lm_epochs"], batch_size=B, compile=S["compile"], progress=False,
                           warmup_steps=S["lm_warmup"], max_steps=S["max_steps"])
-    t = time.perf_counter()
-    try:
-        res = Trainer(lm, LMTask(train, {"test": test_stream}, max_eval_sequences=512), cfg,
-                      out_dir=args.runs / "lm4").fit()
-    except Exception:                              # e.g. no compiler for torch.compile on this machine
-        traceback.print_exc()
-        log("engine run with compile failed; retrying without compile")
-        seed_everything(0)
-        lm = TransformerLM(lm_cfg)
-        cfg.compile = False
-        res = Trainer(lm, LMTask(train, {"test": test_stream}, max_eval_sequences=512), cfg,
-                      out_dir=args.runs / "lm4_nocompile", ).fit()
-    wall = time.perf_counter() - t
+    lm, res, wall = fit_compile_or_eager(build, cfg, args.runs / "lm4", "engine run")
+    fpt = lm.flops_per_token(lm_cfg.max_len)
     tps = res["summary"]["steady_tokens_per_s"]
     out["engine"] = {"tokens_per_s": tps, "mfu": tps * fpt / H100_BF16_PEAK, "compile": cfg.compile,
                      "batch_size": B, "seq_len": lm_cfg.max_len, "flops_per_token": fpt, "n_params_matmul": lm.n_params(),
@@ -461,41 +473,29 @@ def part_best(data, args, device):
         if reverse:                 # a right-to-left LM: every review's tokens in reverse order
             docs = docs.reverse()
 
-        def fresh_lm():
+        if objective == "mlm":      # one extra id, the [MASK] token; the classifier inherits it unused
+            lm_cfg, epochs = MaskedLMConfig(vocab_size=30_001, **S["pre_model"]), S["mlm_epochs"]
+        else:
+            lm_cfg, epochs = LMConfig(vocab_size=30_000, **S["pre_model"]), S["pre_epochs"]
+
+        def build():
             seed_everything(0)
-            if objective == "mlm":      # one extra id, the [MASK] token; the classifier inherits it unused
-                lm_cfg = MaskedLMConfig(vocab_size=30_001, **S["pre_model"])
+            if objective == "mlm":
                 lm = MaskedLM(lm_cfg)
                 task = MaskedLMTask(MaskedLMData(docs, seq_len=lm_cfg.max_len, mask_id=lm_cfg.mask_token))
-                epochs = S["mlm_epochs"]
             else:
-                lm_cfg = LMConfig(vocab_size=30_000, **S["pre_model"])
                 lm = TransformerLM(lm_cfg)
                 task = LMTask(LMData(docs, seq_len=lm_cfg.max_len), {})
-                epochs = S["pre_epochs"]
             if svd:
                 v = svd_vectors(data, lm_cfg.d_model, args.smoke)
                 v = np.vstack([v, np.zeros((lm_cfg.vocab_size - len(v), v.shape[1]), v.dtype)])  # [MASK]: own init
                 load_embeddings(lm, v)
-            return lm_cfg, lm, task, epochs
+            return lm, task
 
-        lm_cfg, lm, task, epochs = fresh_lm()
-        t = time.perf_counter()
         pre_cfg = lm_train_config(epochs=epochs, batch_size=S["pre_batch"], lr=S["pre_lr"],
                                   warmup_steps=S["lm_warmup"], progress=False, max_steps=S["max_steps"],
                                   compile=S["compile"])
-        try:
-            pre = Trainer(lm, task, pre_cfg, out_dir=args.runs / f"pre_{name}").fit()
-        except Exception:            # e.g. torch.compile failing on this machine: the row, not the part, pays
-            if not pre_cfg.compile:
-                raise
-            traceback.print_exc()
-            log(f"[best] pretraining {name} with compile failed; retrying without compile")
-            lm_cfg, lm, task, epochs = fresh_lm()
-            pre_cfg.compile = False
-            t = time.perf_counter()
-            pre = Trainer(lm, task, pre_cfg, out_dir=args.runs / f"pre_{name}_nocompile").fit()
-        t_pre = time.perf_counter() - t
+        lm, pre, t_pre = fit_compile_or_eager(build, pre_cfg, args.runs / f"pre_{name}", f"[best] pretraining {name}")
         log(f"[best] pretraining {name}: {t_pre:.1f}s, final train loss {pre['history'][-1]['train_loss']:.3f}, "
             f"{pre['summary']['steady_tokens_per_s']:,.0f} tokens/s")
         variants = S["ft_variants"] if args.variants else [dict(lr=lr) for lr in S["ft_lrs"]]

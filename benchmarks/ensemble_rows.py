@@ -65,8 +65,13 @@ def load(paths: list[str]) -> dict[str, dict]:
     return rows
 
 
+def correct(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per review: is the 0.5-thresholded probability the label?"""
+    return (probs >= 0.5) == (labels == 1)
+
+
 def accuracy(probs: np.ndarray, labels: np.ndarray) -> float:
-    return float(((probs >= 0.5) == (labels == 1)).mean())
+    return float(correct(probs, labels).mean())
 
 
 def logits(rows: dict[str, dict], split: str, scale: np.ndarray | None = None):
@@ -76,7 +81,8 @@ def logits(rows: dict[str, dict], split: str, scale: np.ndarray | None = None):
 
     x = np.column_stack([logit(np.clip(r[split], EPS, 1 - EPS)) for r in rows.values()])
     if scale is None:
-        scale = np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0)
+        spread = x.std(axis=0)
+        scale = np.where(spread > 0, spread, 1.0)
     return x / scale, scale
 
 
@@ -128,7 +134,6 @@ def main(argv=None) -> dict:
     for name, r in rows.items():
         out["members"][name] = {k: accuracy(r[k], r[f"{k}_labels"]) for k in ("val", "test")}
         print(f"{name:<55} val {out['members'][name]['val']:.4f}  test {out['members'][name]['test']:.4f}")
-    y_test = first["test_labels"] == 1
     mean = {k: np.mean([r[k] for r in rows.values()], axis=0) for k in ("val", "test")}
     out["mean_ensemble"] = {k: accuracy(mean[k], first[f"{k}_labels"]) for k in ("val", "test")}
     print(f"{f'mean of all {len(rows)}':<55} val {out['mean_ensemble']['val']:.4f}  "
@@ -143,13 +148,14 @@ def main(argv=None) -> dict:
         print("  stacking weights (per validation-std logit): "
               + ", ".join(f"{k} {w:+.3f}" for k, w in st["weights"].items()))
     best = max(out["members"], key=lambda k: out["members"][k]["val"])      # ties: the first given
-    reference = (rows[best]["test"] >= 0.5) == y_test
+    labels = first["test_labels"]
+    reference = correct(rows[best]["test"], labels)
     out["gain_over_val_best_member"] = {"member": best}
-    for name, correct in (("mean", (mean["test"] >= 0.5) == y_test),
-                          ("stacked", None if stacked_pred is None else stacked_pred == y_test)):
-        if correct is None:
+    for name, right in (("mean", correct(mean["test"], labels)),
+                        ("stacked", None if stacked_pred is None else stacked_pred == (labels == 1))):
+        if right is None:
             continue
-        g = out["gain_over_val_best_member"][name] = gain_over(correct, reference, args.bootstrap)
+        g = out["gain_over_val_best_member"][name] = gain_over(right, reference, args.bootstrap)
         ci = f" (95 % paired bootstrap {g['ci95'][0]:+.4f} to {g['ci95'][1]:+.4f})" if "ci95" in g else ""
         print(f"  {name} − {best} (the val-best member) on test: {g['gain']:+.4f}{ci}")
     if args.json:

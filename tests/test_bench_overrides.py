@@ -187,3 +187,7 @@ def test_a_pretraining_that_fails_to_compile_is_retried_without_compile(tmp_path
     assert row["pretrain_compile"] is False and 0.0 <= row["test_accuracy_at_best_val"] <= 1.0
     assert "retrying without compile" in capsys.readouterr().out
     assert any(p.name.endswith("_nocompile") for p in (out / "runs").iterdir())
+    # the lm part's engine run goes through the same retry
+    _main(monkeypatch, "--part", "lm", "--smoke", "--set", "compile=true", "--prep", str(prep), "--out", str(out))
+    engine = json.loads((out / "lm.json").read_text())["engine"]
+    assert engine["compile"] is False and engine["tokens_per_s"] > 0 and (out / "runs" / "lm4_nocompile").is_dir()

@@ -107,6 +107,13 @@ def _check_splits(splits: Sequence[str]) -> set[str]:
     return wanted
 
 
+def _review_order(top: str, sub: str, rid: str) -> tuple[str, tuple[int, int, int]]:
+    """A review member's split and its sort key, (split, label, review id): the one order of
+    :func:`read_imdb_archive` and :func:`read_imdb_movie_ids`."""
+    split = "unsup" if sub == "unsup" else top
+    return split, (SPLITS.index(split), -_LABELS[sub], int(rid))
+
+
 def read_imdb_archive(path: str | os.PathLike, splits: Sequence[str] = SPLITS) -> list[Document]:
     """All reviews of the given splits, sorted by (split, label, review id) so the order does
     not depend on how the archive was packed. Checks the per-folder review counts."""
@@ -121,14 +128,14 @@ def read_imdb_archive(path: str | os.PathLike, splits: Sequence[str] = SPLITS) -
         if not match:
             continue
         top, sub, rid, rating = match.groups()
-        split = "unsup" if sub == "unsup" else top
+        split, key = _review_order(top, sub, rid)
         if (top, sub) in counts:
             counts[(top, sub)] += 1
         if split not in wanted:
             continue
         if offset + size > len(data):
             raise CorruptArchiveError(f"{path}: member {name} runs past the end of the archive (truncated)")
-        rows.append(((SPLITS.index(split), -_LABELS[sub], int(rid)),
+        rows.append((key,
                      Document(bytes(view[offset:offset + size]), _LABELS[sub], int(rating), split, name)))
     wrong = {f"{a}/{b}": (n, EXPECTED_COUNTS[(a, b)]) for (a, b), n in counts.items() if n != EXPECTED_COUNTS[(a, b)]}
     if wrong:
@@ -164,12 +171,12 @@ def read_imdb_movie_ids(path: str | os.PathLike, splits: Sequence[str] = SPLITS)
             urls[match.groups()] = bytes(view[offset:offset + size]).split()
         elif match := _MEMBER.match(name):
             top, sub, rid, _ = match.groups()
-            split = "unsup" if sub == "unsup" else top
+            split, key = _review_order(top, sub, rid)
             if split in wanted:
-                keys.append((SPLITS.index(split), -_LABELS[sub], int(rid), top, sub))
+                keys.append((key, top, sub))
     keys.sort()
     out = []
-    for *_, rid, top, sub in keys:
+    for (*_, rid), top, sub in keys:
         lines = urls.get((top, sub))
         if lines is None:
             raise CorruptArchiveError(f"{path} has no aclImdb/{top}/urls_{sub}.txt, which gives the movie of "
