@@ -10,10 +10,14 @@ definitions by the table script and the tests.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import warnings
 
 import numpy as np
+import scipy.sparse as sp
+
+from distattn.projection.nexttoken import _score_block
 
 __all__ = ["causal_layout", "CausalProjection", "Symmetric", "Positional", "Asymmetric", "MultiHead", "DeviceNgram"]
 
@@ -76,7 +80,9 @@ class CausalProjection:
 
     Implements ``score_next_tokens`` for :func:`evaluate_next_token`. Inside ``caching()``
     the logits of one document set are kept on the device, so ``fit_temperature`` (which
-    re-scores the validation set ~20 times) computes the projection once.
+    re-scores the validation set ~20 times) computes the projection once. The (b, L, V)
+    blocks are written into reused buffers (``work``, a :class:`~distattn.projection.torch_ops.Workspace`),
+    which spares the CPU a page fault per 4 KiB of every fresh block.
     """
 
     def __init__(self, vocab_size: int, device, batch_positions: int = 8192):
@@ -86,39 +92,56 @@ class CausalProjection:
         self._caching = False
         self._cache = None
         self.offset = None          # optional (V,) tensor added to e_t / τ (log unigram: a product of experts)
+        from distattn.projection.torch_ops import Workspace
+        self.work = Workspace()
 
     def block_sums(self, ids, pos):
         raise NotImplementedError
 
-    def _blocks(self, docs):
+    def _rows(self, ids, name="rows"):
+        """S[ids] (b, L, V) in the workspace (``self.csr``'s S)."""
+        return self.csr.dense_rows(ids, out=self.work.get(name, (*ids.shape, self.vocab_size), self.csr.data.dtype,
+                                                           ids.device))
+
+    def _bmm(self, C, D):
+        """C @ D (b, L, V) in the workspace, valid until the next block; D (b, K, V), or (K, V) shared."""
+        import torch
+        out = self.work.get("sums", (C.shape[0], C.shape[1], D.shape[-1]), D.dtype, D.device)
+        return torch.bmm(C, D, out=out) if D.dim() == 3 else torch.matmul(C, D, out=out)
+
+    def _blocks(self, docs, reuse: bool = False):
+        """(flat, target, x, rank) per batch: x (n, V) the evidence e_t of each prediction, rank
+        None on the CPU (scored later, with log p). ``reuse``: x lives in the workspace, valid
+        until the next batch (not for the cache)."""
         import torch
         for ids, pos, d, j, flat in causal_layout(docs, self.batch_positions):
             ids_t = torch.as_tensor(ids, device=self.device)
             F = self.block_sums(ids_t, torch.as_tensor(pos, device=self.device))
             d_t = torch.as_tensor(d, device=self.device)
             src = torch.as_tensor(j - 1, device=self.device)
-            x = F[d_t, src.clamp(min=0)] / (src.clamp(min=0) + 1).to(F.dtype)[:, None]
-            x[src < 0] = 0.0
+            rows = d_t * F.shape[1] + src.clamp(min=0)
+            F = F.reshape(-1, F.shape[-1])
+            x = torch.index_select(F, 0, rows, out=self.work.get("x", (rows.numel(), F.shape[1]), F.dtype, F.device)) \
+                if reuse else F[rows]
             del F
+            x /= (src.clamp(min=0) + 1).to(x.dtype)[:, None]
+            x[src < 0] = 0.0
             tgt = ids_t[d_t, torch.as_tensor(j, device=self.device)]
-            rank = ((x >= x.gather(1, tgt[:, None])).sum(1) - 1).cpu().numpy()
+            rank = None if x.device.type == "cpu" else ((x >= x.gather(1, tgt[:, None])).sum(1) - 1).cpu().numpy()
             yield flat, tgt, x, rank
 
+    @contextlib.contextmanager
     def caching(self):
-        model = self
-
-        class _Ctx:
-            def __enter__(self):
-                model._caching = True
-                return model
-
-            def __exit__(self, *exc):
-                model._caching, model._cache = False, None
-                if str(model.device).startswith("cuda"):
-                    import torch
-                    torch.cuda.empty_cache()
-
-        return _Ctx()
+        """Keep the evidence of one document set while inside (a generator, not a class made per
+        call: such a class is freed only by the cycle collector, and the model with it)."""
+        self._caching = True
+        try:
+            yield self
+        finally:
+            self._caching, self._cache = False, None
+            if str(self.device).startswith("cuda"):
+                import torch
+                torch.cuda.empty_cache()
 
     def cached_blocks(self, docs):
         key = _docs_key(docs)
@@ -138,11 +161,15 @@ class CausalProjection:
             raise ValueError("priors are not supported by this scorer")
         logp = np.full(docs.n_tokens, np.nan)
         rank = np.full(docs.n_tokens, -1, dtype=np.int64)
-        blocks = self.cached_blocks(docs) if self._caching else self._blocks(docs)
+        blocks = self.cached_blocks(docs) if self._caching else self._blocks(docs, reuse=True)
         for flat, tgt, x, rk in blocks:
+            if self.offset is None and x.device.type == "cpu":     # one fused pass, no (n, V) temporaries
+                logp[flat], rank[flat] = _score_block(x.numpy(), tgt.numpy(), 1.0 / temperature, None, 0.0)
+                continue
             z = x / temperature
             if self.offset is not None:          # product of experts: e_t / τ + log p_unigram
                 z = z + self.offset
+            if self.offset is not None or rk is None:
                 rk = ((z >= z.gather(1, tgt[:, None])).sum(1) - 1).cpu().numpy()
             lp = torch.log_softmax(z, dim=1).gather(1, tgt[:, None])[:, 0]
             logp[flat] = lp.double().cpu().numpy()
@@ -166,11 +193,9 @@ class Symmetric(CausalProjection):
         self.normalization, self.tau_att = normalization, attention_temperature
 
     def block_sums(self, ids, pos):
-        import torch
-
         from distattn.projection.torch_ops import _context, torch_causal_weights
         C = torch_causal_weights(_context(self.csr, ids), self.normalization, attention_temperature=self.tau_att)
-        return torch.bmm(C, self.csr.dense_rows(ids))
+        return self._bmm(C, self._rows(ids))
 
 
 class Positional(CausalProjection):
@@ -198,13 +223,19 @@ class Positional(CausalProjection):
         M = M + self.PS[pos[:, :, None], k[:, None, :]]        # P S Qᵀ [r, s] = (P S)[p_r, id_s]
         M = M + self.PSP[pos[:, :, None], pos[:, None, :]]     # P S Pᵀ
         M = M * (known[:, :, None] & known[:, None, :])
-        values = self.csr.dense_rows(ids) + self.PS[pos] * known[..., None]
-        return torch.bmm(torch_causal_weights(M, "row"), values)
+        values = self._rows(ids)
+        shift = self.work.get("positional", values.shape, values.dtype, values.device)
+        torch.index_select(self.PS, 0, pos.reshape(-1), out=shift.view(-1, self.vocab_size))
+        values += shift.mul_(known[..., None])                  # + (P S)[p_r] at in-vocabulary tokens
+        return self._bmm(torch_causal_weights(M, "row"), values)
 
 
 def _torch_sparse(S, device):
     import torch
-    S = S.tocsr()
+    S = sp.csr_array(S)
+    if not S.has_canonical_format:           # sorted, unrepeated column indices, as for _DeviceCSR
+        S = S.copy()
+        S.sum_duplicates()
     warnings.filterwarnings("ignore", message=".*[Ss]parse.*")   # torch's beta / invariant-check notices
     return torch.sparse_csr_tensor(torch.as_tensor(S.indptr.astype(np.int64)),
                                    torch.as_tensor(S.indices.astype(np.int64)),
@@ -231,8 +262,8 @@ class Asymmetric(CausalProjection):
         q, key = self.WQ[k] * m, self.WK[k] * m
         C = torch_causal_weights(torch.bmm(q, key.transpose(1, 2)), "softmax", attention_temperature=self.tau_att)
         if self.csr is not None:
-            return torch.bmm(C, self.csr.dense_rows(ids))
-        return torch.bmm(C, q) @ self.WK.T
+            return self._bmm(C, self._rows(ids))
+        return self._bmm(torch.bmm(C, q), self.WK.T)
 
 
 class MultiHead(CausalProjection):
@@ -258,7 +289,7 @@ class MultiHead(CausalProjection):
             C = torch_causal_weights(torch.bmm(a, b.transpose(1, 2)), self.normalization,
                                      attention_temperature=self.tau_att)
             Z.append(torch.bmm(C, a))
-        return torch.cat(Z, -1) @ self.keys.T
+        return self._bmm(torch.cat(Z, -1), self.keys.T)
 
 
 class DeviceNgram:

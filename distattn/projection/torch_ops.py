@@ -5,10 +5,16 @@ S travels as its CSR arrays; the entries ``S[id_r, id_s]`` are found by a binary
 (``torch.searchsorted``) over the sorted keys ``row * vocab_size + col``, and the profile
 rows ``S[id_r]`` are scattered into a dense (positions, vocab_size) block. Nothing forms a
 vocab×vocab product. Results match :mod:`distattn.projection.batch` (float32 by default).
+
+On the CPU the dense rows are written by a numba kernel, straight from the CSR arrays, into a
+buffer the caller may reuse (:class:`Workspace`): the torch scatter's index arrays, one int64
+per stored entry, and fresh blocks of hundreds of MB cost more in page faults than the
+arithmetic (``benchmarks/bench_device_scorers.py``).
 """
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -17,7 +23,7 @@ from distattn.memory import check_memory
 from distattn.projection import _checks
 from distattn.projection.core import NORMALIZATIONS, ZERO_ROW_POLICIES
 
-__all__ = ["resolve_device", "torch_context_matrices", "torch_attention", "torch_vocabulary_evidence",
+__all__ = ["Workspace", "resolve_device", "torch_context_matrices", "torch_attention", "torch_vocabulary_evidence",
            "torch_global_evidence", "torch_causal_weights", "torch_causal_scores"]
 
 
@@ -28,10 +34,52 @@ def resolve_device(device=None) -> torch.device:
     return torch.device(device)
 
 
+class Workspace:
+    """Named flat buffers that grow as needed and are handed out again as views.
+
+    A fresh tensor of hundreds of MB is paid for in page faults on first touch (the kernel
+    zeroes every page), which on the CPU costs more than the block's arithmetic; the CUDA
+    caching allocator reuses memory by itself, so this matters on the CPU only, but it is
+    correct anywhere. A view stays valid until the same name is asked for again.
+    """
+
+    def __init__(self):
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, shape, dtype: torch.dtype, device) -> torch.Tensor:
+        """An uninitialised contiguous tensor of ``shape`` backed by buffer ``name``."""
+        n = int(np.prod(shape, dtype=np.int64))
+        buf = self._buffers.get(name)
+        if buf is None or buf.numel() < n or buf.dtype != dtype or buf.device != torch.device(device):
+            self._buffers.pop(name, None)          # freed before the larger one is made
+            buf = self._buffers[name] = torch.empty(n, dtype=dtype, device=device)
+        return buf[:n].view(tuple(shape))
+
+    def clear(self) -> None:
+        self._buffers.clear()
+
+
+@nb.njit(parallel=True, nogil=True, cache=True)
+def _fill_dense_rows(ids, indptr, indices, data, out):
+    """``out[r] = S[ids[r]]`` (a zero row where ``ids[r] < 0``), rows in parallel."""
+    for r in nb.prange(ids.shape[0]):
+        row = out[r]
+        row[:] = 0
+        v = ids[r]
+        if v >= 0:
+            for k in range(indptr[v], indptr[v + 1]):
+                row[indices[k]] = data[k]
+
+
 class _DeviceCSR:
-    """S's CSR arrays and sorted keys on a device."""
+    """S's CSR arrays and sorted keys on a device (a non-canonical S, with unsorted or repeated
+    column indices, is canonicalised on a copy first: the binary search needs sorted keys)."""
 
     def __init__(self, S: sp.csr_array, device: torch.device, dtype: torch.dtype):
+        S = sp.csr_array(S)
+        if not S.has_canonical_format:
+            S = S.copy()
+            S.sum_duplicates()
         self.vocab_size = S.shape[0]
         self.indptr = torch.as_tensor(S.indptr.astype(np.int64), device=device)
         self.indices = torch.as_tensor(S.indices.astype(np.int64), device=device)
@@ -48,18 +96,33 @@ class _DeviceCSR:
         return torch.where(self.keys[pos] == query, self.data[pos], torch.zeros((), dtype=self.data.dtype,
                                                                                   device=query.device))
 
-    def dense_rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """``S[ids]`` as a dense (..., vocab_size) block; zero rows where ``ids < 0``."""
+    def dense_rows(self, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``S[ids]`` as a dense (..., vocab_size) block; zero rows where ``ids < 0``.
+
+        ``out``: a tensor of that shape, dtype and device to write into (a :class:`Workspace`
+        view, say); its contents are overwritten."""
+        shape = (*ids.shape, self.vocab_size)
+        if out is None:
+            out = torch.empty(shape, dtype=self.data.dtype, device=ids.device)
+        elif tuple(out.shape) != shape or out.dtype != self.data.dtype or out.device != ids.device \
+                or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous {self.data.dtype} tensor of shape {shape} on {ids.device}; "
+                             f"got {out.dtype} {tuple(out.shape)} on {out.device}")
         flat = ids.reshape(-1)
-        out = torch.zeros(flat.numel(), self.vocab_size, dtype=self.data.dtype, device=flat.device)
+        block = out.view(flat.numel(), self.vocab_size)
+        if flat.device.type == "cpu":
+            _fill_dense_rows(flat.contiguous().numpy(), self.indptr.numpy(), self.indices.numpy(),
+                             self.data.numpy(), block.numpy())
+            return out
+        block.zero_()
         known = torch.nonzero(flat >= 0).squeeze(1)
         starts = self.indptr[flat[known]]
         counts = self.indptr[flat[known] + 1] - starts
         row_of = torch.repeat_interleave(known, counts)
         first = torch.cumsum(counts, 0) - counts
         entry = torch.arange(int(counts.sum()), device=flat.device) - torch.repeat_interleave(first - starts, counts)
-        out[row_of, self.indices[entry]] = self.data[entry]
-        return out.reshape(*ids.shape, self.vocab_size)
+        block[row_of, self.indices[entry]] = self.data[entry]
+        return out
 
 
 def _padded(docs, device, max_length=None, drop_oov=False):

@@ -1,0 +1,158 @@
+"""The dense profile rows S[ids] of the torch projection path, and the reused buffers behind them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from distattn.corpus.ragged import RaggedIds
+from distattn.projection import ProjectionPredictor, evaluate_next_token
+from distattn.projection.device_scorers import Symmetric
+from distattn.projection.torch_ops import Workspace, _DeviceCSR
+
+
+def _random_csr(V=50, density=0.2, seed=0, dtype=np.float32, symmetric=False):
+    """A canonical CSR with values in [0.5, 1.5) (no stored zero could hide a missed entry) and
+    an empty row 7."""
+    S = sp.random(V, V, density=density, random_state=seed, format="csr", dtype=dtype)
+    S.data += 0.5
+    if symmetric:
+        S = S + S.T
+    keep = np.ones(V, dtype=dtype)
+    keep[7] = 0
+    S = sp.diags(keep) @ S @ (sp.diags(keep) if symmetric else sp.identity(V, dtype=dtype))
+    S = sp.csr_array(S, dtype=dtype)
+    S.eliminate_zeros()
+    S.sort_indices()
+    return S
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dense_rows_equal_scipy_rows_with_zero_rows_for_negative_ids(dtype):
+    S = _random_csr()
+    csr = _DeviceCSR(S, torch.device("cpu"), dtype)
+    ids = torch.tensor([[3, -1, 7, 3], [49, 0, -1, -1]])
+    got = csr.dense_rows(ids)
+    dense = S.toarray()
+    want = np.where((ids.numpy() >= 0)[..., None], dense[ids.numpy().clip(min=0)], 0.0)
+    assert got.shape == (2, 4, 50) and got.dtype == dtype
+    np.testing.assert_array_equal(got.numpy(), want.astype(got.numpy().dtype))
+
+
+def test_dense_rows_overwrite_whatever_out_held():
+    S = _random_csr(seed=1)
+    csr = _DeviceCSR(S, torch.device("cpu"), torch.float32)
+    ids = torch.tensor([[5, -1, 2]])
+    out = torch.full((1, 3, 50), 7.0)                     # stale contents, as a reused buffer has
+    got = csr.dense_rows(ids, out=out)
+    assert got.data_ptr() == out.data_ptr()
+    np.testing.assert_array_equal(got.numpy(), csr.dense_rows(ids).numpy())
+    assert (got[0, 1] == 0).all()
+
+
+@pytest.mark.parametrize("bad, message", [
+    (torch.empty(1, 3, 49), r"shape \(1, 3, 50\)"),
+    (torch.empty(1, 3, 50, dtype=torch.float64), "torch.float32"),
+    (torch.empty(1, 50, 3).transpose(1, 2), "contiguous"),
+])
+def test_dense_rows_refuse_an_out_that_does_not_fit(bad, message):
+    csr = _DeviceCSR(_random_csr(), torch.device("cpu"), torch.float32)
+    with pytest.raises(ValueError, match=message):
+        csr.dense_rows(torch.tensor([[1, 2, 3]]), out=bad)
+
+
+def test_workspace_reuses_a_buffer_and_grows_it_when_asked_for_more():
+    work = Workspace()
+    a = work.get("rows", (4, 10), torch.float32, "cpu")
+    b = work.get("rows", (2, 10), torch.float32, "cpu")
+    assert b.data_ptr() == a.data_ptr() and b.shape == (2, 10) and b.is_contiguous()
+    c = work.get("other", (2, 10), torch.float32, "cpu")
+    assert c.data_ptr() != a.data_ptr()
+    d = work.get("rows", (8, 10), torch.float32, "cpu")           # larger: a new buffer
+    assert d.shape == (8, 10) and d.numel() == 80
+    e = work.get("rows", (8, 10), torch.float64, "cpu")           # another dtype: a new buffer
+    assert e.dtype == torch.float64
+    work.clear()
+    assert work.get("rows", (1,), torch.float32, "cpu").numel() == 1
+
+
+def _docs(V, n_docs=12, oov=False, seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2, 30, size=n_docs)
+    ids = rng.integers(-1 if oov else 0, V, size=int(lengths.sum()))
+    return RaggedIds(ids, np.concatenate([[0], np.cumsum(lengths)]))
+
+
+@pytest.mark.parametrize("normalization", ["none", "row"])
+def test_symmetric_scorer_matches_the_library_with_reused_buffers_across_batches(normalization):
+    """Batches small enough that every buffer is reused several times (and shrinks and grows),
+    scored with and without the temperature-fit cache: the log-probabilities and ranks of the
+    library's numpy path (documents without OOV tokens, where the two layouts agree)."""
+    V = 40
+    S = _random_csr(V, density=0.3, seed=2, symmetric=True)
+    docs = _docs(V)
+    model = Symmetric(S, normalization, vocab_size=V, device=torch.device("cpu"), batch_positions=40)
+    ref = ProjectionPredictor(normalization=normalization).fit(S)
+    _, want, want_rank = evaluate_next_token(ref, docs, vocab_size=V, temperature=0.7, return_scores=True)
+    for caching in (False, True):
+        with model.caching() if caching else _nothing():
+            _, got, rank = evaluate_next_token(model, docs, vocab_size=V, temperature=0.7, return_scores=True)
+            _, again, _ = evaluate_next_token(model, docs, vocab_size=V, temperature=0.7, return_scores=True)
+        scored = ~np.isnan(want)
+        assert scored.sum() > 100 and np.array_equal(scored, ~np.isnan(got))
+        np.testing.assert_allclose(got[scored], want[scored], rtol=0, atol=1e-5)
+        np.testing.assert_array_equal(again, got)
+        assert np.array_equal(rank[scored], want_rank[scored])
+
+
+def test_a_non_canonical_matrix_scores_as_its_canonical_form():
+    """Unsorted and repeated column indices (as sums and products of sparse matrices leave them):
+    the scorers' binary search over the keys needs them sorted, so they are canonicalised."""
+    V = 40
+    S = _random_csr(V, density=0.3, seed=3, symmetric=True)
+    rng = np.random.default_rng(0)
+    indices, data = [], []
+    for r in range(V):                   # each row's entries twice, halved, in a shuffled order
+        lo, hi = S.indptr[r], S.indptr[r + 1]
+        order = rng.permutation(2 * (hi - lo))
+        indices.append(np.tile(S.indices[lo:hi], 2)[order])
+        data.append(np.tile(S.data[lo:hi] / 2, 2)[order])
+    messy = sp.csr_array((np.concatenate(data), np.concatenate(indices), np.concatenate([[0], 2 * S.indptr[1:]])),
+                         shape=S.shape)
+    assert not messy.has_sorted_indices and not messy.has_canonical_format
+    docs = _docs(V, oov=True, seed=1)
+    scores = [evaluate_next_token(Symmetric(M, "row", vocab_size=V, device=torch.device("cpu")), docs, vocab_size=V,
+                                  return_scores=True)[1] for M in (S, messy)]
+    np.testing.assert_allclose(scores[1], scores[0], rtol=0, atol=1e-6)
+    assert not messy.has_canonical_format                                # the caller's matrix is untouched
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_a_scorer_is_freed_without_the_cycle_collector_after_caching():
+    """Its buffers (hundreds of MB each at IMDB size) go with the last reference: the compare's
+    projection stage deletes each row's model before building the next one."""
+    import gc
+    import weakref
+    V = 30
+    model = Symmetric(_random_csr(V, symmetric=True), "row", vocab_size=V, device=torch.device("cpu"))
+    with model.caching():
+        evaluate_next_token(model, _docs(V), vocab_size=V)
+    evaluate_next_token(model, _docs(V), vocab_size=V)
+    ref = weakref.ref(model)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del model
+        assert ref() is None
+    finally:
+        if enabled:
+            gc.enable()
