@@ -12,7 +12,10 @@ numba pass (``_score_block``).
 
 For each symmetric row (raw counts, PPMI + Norm, PPMI + softmax) both paths fit τ on the
 validation reviews and score the test reviews, as the compare's projection stage does, and the
-script prints wall, user and system seconds, the perplexities and the largest |Δ log p|.
+script prints wall, user and system seconds, the perplexities and the largest |Δ log p|. The
+n-gram rows (``kn2``, ``kn3``) give a (positions, V) block of log-probabilities per review;
+their reference scores CPU tensors with torch (``_score_block_torch``), the new path with the
+numba kernel.
 
     python benchmarks/bench_device_scorers.py                  # 100 test reviews, the full profile's 30k words
     python benchmarks/bench_device_scorers.py --eval-docs 300 --rows raw
@@ -27,7 +30,7 @@ import time
 
 import numpy as np
 
-ROWS = {"raw": ("S", "none"), "ppmi_norm": ("P", "row"), "ppmi_softmax": ("P", "softmax")}
+ROWS = {"raw": ("S", "none"), "ppmi_norm": ("P", "row"), "ppmi_softmax": ("P", "softmax"), "kn2": 2, "kn3": 3}
 
 
 def reference_class():
@@ -79,6 +82,34 @@ def reference_class():
     return Reference
 
 
+class TorchScoring:
+    """While inside, CPU tensors are scored by torch (the reference for the n-gram rows)."""
+
+    def __enter__(self):
+        from distattn.projection import nexttoken
+        self.module, self.saved = nexttoken, nexttoken._score_block
+
+        def torch_first(block, *args):
+            if hasattr(block, "detach"):
+                return nexttoken._score_block_torch(block, *args)
+            return self.saved(block, *args)
+        nexttoken._score_block = torch_first
+        return self
+
+    def __exit__(self, *exc):
+        self.module._score_block = self.saved
+        return False
+
+
+def run_ngram(model, data, V, reference: bool):
+    import contextlib
+
+    from distattn.projection import evaluate_next_token
+    with TorchScoring() if reference else contextlib.nullcontext():
+        rep, logp, _ = evaluate_next_token(model, data.test_neg, vocab_size=V, return_scores=True)
+    return 1.0, rep, logp
+
+
 def clocks():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return np.array([time.perf_counter(), r.ru_utime, r.ru_stime])
@@ -114,7 +145,8 @@ def main(argv=None) -> None:
 
     from distattn.compare.config import CompareConfig
     from distattn.compare.stages import load_data, stage_statistics
-    from distattn.projection.device_scorers import Symmetric
+    from distattn.projection import KneserNeyLM
+    from distattn.projection.device_scorers import DeviceNgram, Symmetric
 
     cfg = CompareConfig(corpus="imdb", profile="full", device="cpu", train_models=False).validate()
     sizes = dataclasses.replace(cfg.sizes(), eval_docs=args.eval_docs, val_docs=args.val_docs)
@@ -127,20 +159,25 @@ def main(argv=None) -> None:
     Reference = reference_class()
     total = {"reference": np.zeros(3), "new": np.zeros(3)}
     for key in rows:
-        matrix, normalization = ROWS[key]
-        S = getattr(stats, matrix)
         out = {}
+        if isinstance(ROWS[key], int):                  # the n-gram model is fitted once, untimed
+            ngram = DeviceNgram(KneserNeyLM(order=ROWS[key]).fit(data.stat_neg, V), "cpu")
         for name, cls in (("reference", Reference), ("new", Symmetric)):
-            model = cls(S, normalization, vocab_size=V, device=torch.device("cpu"), batch_positions=args.batch_positions)
             t0 = clocks()
-            tau, rep, logp = run_row(model, data, V)
+            if isinstance(ROWS[key], int):
+                tau, rep, logp = run_ngram(ngram, data, V, reference=name == "reference")
+            else:
+                matrix, normalization = ROWS[key]
+                model = cls(getattr(stats, matrix), normalization, vocab_size=V, device=torch.device("cpu"),
+                            batch_positions=args.batch_positions)
+                tau, rep, logp = run_row(model, data, V)
+                del model
             spent = clocks() - t0
             total[name] += spent
             out[name] = (tau, rep, logp, spent)
             print(f"{key:13s} {name:9s} wall {spent[0]:7.1f} s  user {spent[1]:7.1f} s  sys {spent[2]:7.1f} s  "
                   f"τ {tau:.6g}  ppl {rep.perplexity:.4f}  top-1 {rep.top1_accuracy:.4f}  top-10 {rep.top10_accuracy:.4f}",
                   flush=True)
-            del model
         (tau_r, rep_r, lp_r, t_r), (tau_n, rep_n, lp_n, t_n) = out["reference"], out["new"]
         ok = ~np.isnan(lp_r)
         same = np.array_equal(ok, ~np.isnan(lp_n))

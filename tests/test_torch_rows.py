@@ -156,3 +156,26 @@ def test_a_scorer_is_freed_without_the_cycle_collector_after_caching():
     finally:
         if enabled:
             gc.enable()
+
+
+@pytest.mark.parametrize("with_prior", [False, True])
+def test_the_accelerator_scoring_branch_agrees_with_the_numba_one(with_prior):
+    """CPU tensors are scored by numba now; the torch branch, kept for tensors on a GPU, is run
+    here on the CPU so that it stays checked: the same log p and ranks, targets < 0 skipped."""
+    from distattn.projection.nexttoken import _score_block, _score_block_torch
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(64, 300)).astype(np.float32)
+    x[5, :] = 0.0                                               # a uniform row: ties count against the target
+    targets = rng.integers(0, 300, size=64)
+    targets[[3, 9]] = -1
+    prior = rng.dirichlet(np.ones(300)) if with_prior else None
+    want = _score_block(x, targets, 0.8, prior, 0.1 if with_prior else 0.0)
+    got_cpu_tensor = _score_block(torch.from_numpy(x), targets, 0.8, prior, 0.1 if with_prior else 0.0)
+    got_torch = _score_block_torch(torch.from_numpy(x), targets, 0.8, prior, 0.1 if with_prior else 0.0)
+    for logp, rank in (got_cpu_tensor, got_torch):
+        assert np.array_equal(np.isnan(logp), targets < 0) and np.array_equal(rank[targets < 0], [-1, -1])
+        ok = targets >= 0
+        np.testing.assert_allclose(logp[ok], want[0][ok], rtol=0, atol=1e-5)
+        np.testing.assert_array_equal(rank, want[1])
+    if not with_prior:
+        assert want[1][5] == 299

@@ -145,28 +145,14 @@ def _limit(docs, max_predictions):
 
 
 def _score_block(block, targets, scale, prior, prior_weight):
-    """(logp, rank) of each row of a numpy or torch block; rows with target < 0 give NaN/-1."""
-    if hasattr(block, "detach"):                      # a torch tensor: score where it lives
-        import torch
+    """(logp, rank) of each row of a numpy or torch block; rows with target < 0 give NaN/-1.
 
-        x = block.detach().float() * scale
-        t = torch.as_tensor(targets, device=x.device)
-        tc = t.clamp(min=0)[:, None]
-        lp = torch.log_softmax(x, dim=-1)
-        if prior is None:
-            logp = lp.gather(1, tc)[:, 0]
-            rank = (x >= x.gather(1, tc)).sum(1) - 1
-        else:
-            mix = (1 - prior_weight) * lp.exp() + prior_weight * torch.as_tensor(prior, device=x.device,
-                                                                                 dtype=x.dtype)
-            pt = mix.gather(1, tc)
-            logp = torch.log(pt[:, 0])
-            rank = (mix >= pt).sum(1) - 1
-        logp = logp.double().cpu().numpy()
-        rank = rank.cpu().numpy().astype(np.int64)
-        off = targets < 0
-        logp[off], rank[off] = np.nan, -1
-        return logp, rank
+    A CPU tensor is scored by the numba kernel below, in one pass and in place (torch's
+    log_softmax and comparison would allocate (n, V) temporaries); others where they live."""
+    if hasattr(block, "detach") and block.device.type == "cpu":
+        block = block.detach().float().numpy()
+    if hasattr(block, "detach"):                      # a torch tensor on an accelerator: score where it lives
+        return _score_block_torch(block, targets, scale, prior, prior_weight)
     x = np.asarray(block)
     if x.dtype not in (np.float32, np.float64):
         x = x.astype(np.float64)
@@ -176,6 +162,29 @@ def _score_block(block, targets, scale, prior, prior_weight):
     prior32 = np.zeros(0, np.float32) if prior is None else prior.astype(np.float32)
     score_rows(x, np.ascontiguousarray(targets, dtype=np.int64), float(scale), prior32,
                float(prior_weight if prior is not None else 0.0), logp, rank)
+    return logp, rank
+
+
+def _score_block_torch(block, targets, scale, prior, prior_weight):
+    """:func:`_score_block` in torch, on the block's device."""
+    import torch
+
+    x = block.detach().float() * scale
+    t = torch.as_tensor(targets, device=x.device)
+    tc = t.clamp(min=0)[:, None]
+    lp = torch.log_softmax(x, dim=-1)
+    if prior is None:
+        logp = lp.gather(1, tc)[:, 0]
+        rank = (x >= x.gather(1, tc)).sum(1) - 1
+    else:
+        mix = (1 - prior_weight) * lp.exp() + prior_weight * torch.as_tensor(prior, device=x.device, dtype=x.dtype)
+        pt = mix.gather(1, tc)
+        logp = torch.log(pt[:, 0])
+        rank = (mix >= pt).sum(1) - 1
+    logp = logp.double().cpu().numpy()
+    rank = rank.cpu().numpy().astype(np.int64)
+    off = targets < 0
+    logp[off], rank[off] = np.nan, -1
     return logp, rank
 
 
