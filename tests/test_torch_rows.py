@@ -68,6 +68,7 @@ def test_workspace_reuses_a_buffer_and_grows_it_when_asked_for_more():
     a = work.get("rows", (4, 10), torch.float32, "cpu")
     b = work.get("rows", (2, 10), torch.float32, "cpu")
     assert b.data_ptr() == a.data_ptr() and b.shape == (2, 10) and b.is_contiguous()
+    assert work.get("rows", (3, 10), torch.float32, torch.device("cpu")).data_ptr() == a.data_ptr()
     c = work.get("other", (2, 10), torch.float32, "cpu")
     assert c.data_ptr() != a.data_ptr()
     d = work.get("rows", (8, 10), torch.float32, "cpu")           # larger: a new buffer

@@ -98,9 +98,9 @@ class CausalProjection:
     def block_sums(self, ids, pos):
         raise NotImplementedError
 
-    def _rows(self, ids, name="rows"):
+    def _rows(self, ids):
         """S[ids] (b, L, V) in the workspace (``self.csr``'s S)."""
-        return self.csr.dense_rows(ids, out=self.work.get(name, (*ids.shape, self.vocab_size), self.csr.data.dtype,
+        return self.csr.dense_rows(ids, out=self.work.get("rows", (*ids.shape, self.vocab_size), self.csr.data.dtype,
                                                            ids.device))
 
     def _bmm(self, C, D):

@@ -40,7 +40,7 @@ class Workspace:
     A fresh tensor of hundreds of MB is paid for in page faults on first touch (the kernel
     zeroes every page), which on the CPU costs more than the block's arithmetic; the CUDA
     caching allocator reuses memory by itself, so this matters on the CPU only, but it is
-    correct anywhere. A view stays valid until the same name is asked for again.
+    correct anywhere. A view's contents hold until the same name is asked for again.
     """
 
     def __init__(self):
@@ -49,8 +49,10 @@ class Workspace:
     def get(self, name: str, shape, dtype: torch.dtype, device) -> torch.Tensor:
         """An uninitialised contiguous tensor of ``shape`` backed by buffer ``name``."""
         n = int(np.prod(shape, dtype=np.int64))
+        device = torch.device(device)
         buf = self._buffers.get(name)
-        if buf is None or buf.numel() < n or buf.dtype != dtype or buf.device != torch.device(device):
+        if buf is None or buf.numel() < n or buf.dtype != dtype or buf.device.type != device.type \
+                or (device.index is not None and buf.device.index != device.index):
             self._buffers.pop(name, None)          # freed before the larger one is made
             buf = self._buffers[name] = torch.empty(n, dtype=dtype, device=device)
         return buf[:n].view(tuple(shape))
