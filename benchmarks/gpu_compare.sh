@@ -19,7 +19,7 @@ copy_report() {
 }
 python3 -c "import numba, llvmlite, torch; print('numba', numba.__version__, 'llvmlite', llvmlite.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))" 2>&1 | tee $OUT/env.txt
 nproc | tee -a $OUT/env.txt
-python3 -m pytest -q -x -p no:cacheprovider tests/test_cooccurrence.py tests/test_nexttoken.py tests/test_projection_core.py 2>&1 | tail -3 | tee $OUT/smoke.txt
+python3 -m pytest -q -x -p no:cacheprovider tests/test_cooccurrence.py tests/test_nexttoken.py tests/test_projection_core.py tests/test_torch_rows.py 2>&1 | tail -3 | tee $OUT/smoke.txt
 grep -q " passed" $OUT/smoke.txt && ! grep -q "failed\|error" $OUT/smoke.txt || { echo "smoke test failed; not running compare"; exit 1; }
 start=$(date +%s.%N)
 # the stage log (no -q) goes to a file, its stage lines to the terminal; a run cut by the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -11,6 +12,9 @@ from distattn.corpus.ragged import RaggedIds
 from distattn.projection import ProjectionPredictor, evaluate_next_token
 from distattn.projection.device_scorers import Symmetric
 from distattn.projection.torch_ops import Workspace, _DeviceCSR
+
+# the CPU always; CUDA too where there is one (benchmarks/gpu_compare.sh runs this file on the GPU)
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def _random_csr(V=50, density=0.2, seed=0, dtype=np.float32, symmetric=False):
@@ -29,26 +33,28 @@ def _random_csr(V=50, density=0.2, seed=0, dtype=np.float32, symmetric=False):
     return S
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_dense_rows_equal_scipy_rows_with_zero_rows_for_negative_ids(dtype):
+def test_dense_rows_equal_scipy_rows_with_zero_rows_for_negative_ids(dtype, device):
     S = _random_csr()
-    csr = _DeviceCSR(S, torch.device("cpu"), dtype)
-    ids = torch.tensor([[3, -1, 7, 3], [49, 0, -1, -1]])
+    csr = _DeviceCSR(S, torch.device(device), dtype)
+    ids = torch.tensor([[3, -1, 7, 3], [49, 0, -1, -1]], device=device)
     got = csr.dense_rows(ids)
     dense = S.toarray()
-    want = np.where((ids.numpy() >= 0)[..., None], dense[ids.numpy().clip(min=0)], 0.0)
-    assert got.shape == (2, 4, 50) and got.dtype == dtype
-    np.testing.assert_array_equal(got.numpy(), want.astype(got.numpy().dtype))
+    want = np.where((ids.cpu().numpy() >= 0)[..., None], dense[ids.cpu().numpy().clip(min=0)], 0.0)
+    assert got.shape == (2, 4, 50) and got.dtype == dtype and got.device.type == device
+    np.testing.assert_array_equal(got.cpu().numpy(), want.astype(got.cpu().numpy().dtype))
 
 
-def test_dense_rows_overwrite_whatever_out_held():
+@pytest.mark.parametrize("device", DEVICES)
+def test_dense_rows_overwrite_whatever_out_held(device):
     S = _random_csr(seed=1)
-    csr = _DeviceCSR(S, torch.device("cpu"), torch.float32)
-    ids = torch.tensor([[5, -1, 2]])
-    out = torch.full((1, 3, 50), 7.0)                     # stale contents, as a reused buffer has
+    csr = _DeviceCSR(S, torch.device(device), torch.float32)
+    ids = torch.tensor([[5, -1, 2]], device=device)
+    out = torch.full((1, 3, 50), 7.0, device=device)     # stale contents, as a reused buffer has
     got = csr.dense_rows(ids, out=out)
     assert got.data_ptr() == out.data_ptr()
-    np.testing.assert_array_equal(got.numpy(), csr.dense_rows(ids).numpy())
+    np.testing.assert_array_equal(got.cpu().numpy(), csr.dense_rows(ids).cpu().numpy())
     assert (got[0, 1] == 0).all()
 
 
@@ -86,19 +92,29 @@ def _docs(V, n_docs=12, oov=False, seed=0):
     return RaggedIds(ids, np.concatenate([[0], np.cumsum(lengths)]))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("normalization", ["none", "row"])
-def test_symmetric_scorer_matches_the_library_with_reused_buffers_across_batches(normalization):
+def test_symmetric_scorer_matches_the_library_with_reused_buffers_across_batches(normalization, device):
     """Batches small enough that every buffer is reused several times (and shrinks and grows),
     scored with and without the temperature-fit cache: the log-probabilities and ranks of the
     library's numpy path (documents without OOV tokens, where the two layouts agree)."""
     V = 40
     S = _random_csr(V, density=0.3, seed=2, symmetric=True)
     docs = _docs(V)
-    model = Symmetric(S, normalization, vocab_size=V, device=torch.device("cpu"), batch_positions=40)
+    model = Symmetric(S, normalization, vocab_size=V, device=torch.device(device), batch_positions=40)
     ref = ProjectionPredictor(normalization=normalization).fit(S)
     _, want, want_rank = evaluate_next_token(ref, docs, vocab_size=V, temperature=0.7, return_scores=True)
+    tf32 = torch.backends.cuda.matmul.allow_tf32        # the trainer turns TF32 on for training; not here
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        _check_scores(model, docs, V, want, want_rank)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _check_scores(model, docs, V, want, want_rank):
     for caching in (False, True):
-        with model.caching() if caching else _nothing():
+        with model.caching() if caching else contextlib.nullcontext():
             _, got, rank = evaluate_next_token(model, docs, vocab_size=V, temperature=0.7, return_scores=True)
             _, again, _ = evaluate_next_token(model, docs, vocab_size=V, temperature=0.7, return_scores=True)
         scored = ~np.isnan(want)
@@ -128,14 +144,6 @@ def test_a_non_canonical_matrix_scores_as_its_canonical_form():
                                   return_scores=True)[1] for M in (S, messy)]
     np.testing.assert_allclose(scores[1], scores[0], rtol=0, atol=1e-6)
     assert not messy.has_canonical_format                                # the caller's matrix is untouched
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def test_a_scorer_is_freed_without_the_cycle_collector_after_caching():
