@@ -40,17 +40,9 @@ def reference_class():
     from distattn.projection.device_scorers import Symmetric, causal_layout
     from distattn.projection.torch_ops import _context, torch_causal_weights
 
-    def scatter_rows(csr, ids):
-        flat = ids.reshape(-1)
-        out = torch.zeros(flat.numel(), csr.vocab_size, dtype=csr.data.dtype, device=flat.device)
-        known = torch.nonzero(flat >= 0).squeeze(1)
-        starts = csr.indptr[flat[known]]
-        counts = csr.indptr[flat[known] + 1] - starts
-        row_of = torch.repeat_interleave(known, counts)
-        first = torch.cumsum(counts, 0) - counts
-        entry = torch.arange(int(counts.sum()), device=flat.device) - torch.repeat_interleave(first - starts, counts)
-        out[row_of, csr.indices[entry]] = csr.data[entry]
-        return out.reshape(*ids.shape, csr.vocab_size)
+    def scatter_rows(csr, ids):          # a fresh zero block, filled by torch's scatter
+        block = torch.zeros(ids.numel(), csr.vocab_size, dtype=csr.data.dtype, device=ids.device)
+        return csr.scatter_rows(ids.reshape(-1), block).reshape(*ids.shape, csr.vocab_size)
 
     class Reference(Symmetric):
         def block_sums(self, ids, pos):

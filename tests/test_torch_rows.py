@@ -44,6 +44,9 @@ def test_dense_rows_equal_scipy_rows_with_zero_rows_for_negative_ids(dtype, devi
     want = np.where((ids.cpu().numpy() >= 0)[..., None], dense[ids.cpu().numpy().clip(min=0)], 0.0)
     assert got.shape == (2, 4, 50) and got.dtype == dtype and got.device.type == device
     np.testing.assert_array_equal(got.cpu().numpy(), want.astype(got.cpu().numpy().dtype))
+    # the accelerator's torch scatter, run here on this device too, gives the same block
+    scattered = csr.scatter_rows(ids.reshape(-1), torch.zeros(8, 50, dtype=dtype, device=device))
+    np.testing.assert_array_equal(scattered.reshape(2, 4, 50).cpu().numpy(), got.cpu().numpy())
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -188,3 +191,21 @@ def test_the_accelerator_scoring_branch_agrees_with_the_numba_one(with_prior):
         np.testing.assert_array_equal(rank, want[1])
     if not with_prior:
         assert want[1][5] == 299
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda S: S[:, :-1], "S must be square"),
+    (lambda S: sp.csr_array(sp.random(30, 30, density=0.3, random_state=0)), "vocab_size=40"),
+    (lambda S: sp.csr_array((np.array([np.nan]), (np.array([1]), np.array([2]))), shape=S.shape), "NaN or inf"),
+])
+def test_the_scorers_check_their_matrix_at_the_boundary(make, message):
+    """As the library's functions do: a bad S is named, not scored into NaN or a wrong lookup."""
+    from distattn.projection.device_scorers import Asymmetric, Positional
+    V = 40
+    bad = make(_random_csr(V, symmetric=True))
+    pi = sp.csr_array(np.full((8, V), 1.0 / V))
+    for build in (lambda: Symmetric(bad, "row", vocab_size=V, device="cpu"),
+                  lambda: Positional(bad, pi, 1.0, vocab_size=V, device="cpu"),
+                  lambda: Asymmetric(np.ones((V, 2)), np.ones((V, 2)), vocab_size=V, device="cpu", S=bad)):
+        with pytest.raises(ValueError, match=message):
+            build()

@@ -15,8 +15,8 @@ import hashlib
 import warnings
 
 import numpy as np
-import scipy.sparse as sp
 
+from distattn.projection import _checks
 from distattn.projection.nexttoken import _score_block
 
 __all__ = ["causal_layout", "CausalProjection", "Symmetric", "Positional", "Asymmetric", "MultiHead", "DeviceNgram"]
@@ -177,6 +177,13 @@ class CausalProjection:
         return logp, rank
 
 
+def _matrix(S, vocab_size):
+    """S checked at the scorers' boundary, as the library's functions check it: square, of the
+    vocabulary's size, finite, canonical (the binary search over its keys needs sorted, unrepeated
+    column indices; a matrix left unsorted by a sum or product was silently misread)."""
+    return _checks.cooc_matrix(S, vocab_size, name="S")
+
+
 def _torch_csr(S, device):
     import torch
 
@@ -189,7 +196,7 @@ class Symmetric(CausalProjection):
 
     def __init__(self, S, normalization, vocab_size, device, attention_temperature=1.0, **kw):
         super().__init__(vocab_size, device, **kw)
-        self.csr = _torch_csr(S, device)
+        self.csr = _torch_csr(_matrix(S, vocab_size), device)
         self.normalization, self.tau_att = normalization, attention_temperature
 
     def block_sums(self, ids, pos):
@@ -204,10 +211,11 @@ class Positional(CausalProjection):
     def __init__(self, S, pi, scale, vocab_size, device, **kw):
         import torch
         super().__init__(vocab_size, device, **kw)
+        S = _matrix(S, vocab_size)
         self.csr = _torch_csr(S, device)
         P = torch.as_tensor(pi.toarray() * scale, dtype=torch.float32, device=device)         # (Lmax, V)
         St = _torch_sparse(S, device)
-        Stt = _torch_sparse(S.T.tocsr(), device)
+        Stt = _torch_sparse(_matrix(S.T, vocab_size), device)
         self.PS = (Stt @ P.T.contiguous()).T.contiguous()            # P S   : [r, j] = Σ_v P[r, v] S[v, j]
         self.PSt = (St @ P.T.contiguous()).T.contiguous()            # P Sᵀ  : [s, i] = Σ_v P[s, v] S[i, v]
         self.PSP = self.PS @ P.T                        # P S Pᵀ
@@ -232,10 +240,6 @@ class Positional(CausalProjection):
 
 def _torch_sparse(S, device):
     import torch
-    S = sp.csr_array(S)
-    if not S.has_canonical_format:           # sorted, unrepeated column indices, as for _DeviceCSR
-        S = S.copy()
-        S.sum_duplicates()
     warnings.filterwarnings("ignore", message=".*[Ss]parse.*")   # torch's beta / invariant-check notices
     return torch.sparse_csr_tensor(torch.as_tensor(S.indptr.astype(np.int64)),
                                    torch.as_tensor(S.indices.astype(np.int64)),
@@ -250,7 +254,7 @@ class Asymmetric(CausalProjection):
         super().__init__(vocab_size, device, **kw)
         self.WQ = torch.as_tensor(W_Q, dtype=torch.float32, device=device)
         self.WK = torch.as_tensor(W_K, dtype=torch.float32, device=device)
-        self.csr = None if S is None else _torch_csr(S, device)
+        self.csr = None if S is None else _torch_csr(_matrix(S, vocab_size), device)
         self.tau_att = attention_temperature
 
     def block_sums(self, ids, pos):

@@ -74,14 +74,10 @@ def _fill_dense_rows(ids, indptr, indices, data, out):
 
 
 class _DeviceCSR:
-    """S's CSR arrays and sorted keys on a device (a non-canonical S, with unsorted or repeated
-    column indices, is canonicalised on a copy first: the binary search needs sorted keys)."""
+    """S's CSR arrays and sorted keys on a device. ``S`` must be canonical (sorted, unrepeated
+    column indices: the binary search needs sorted keys), as ``_checks.cooc_matrix`` returns it."""
 
     def __init__(self, S: sp.csr_array, device: torch.device, dtype: torch.dtype):
-        S = sp.csr_array(S)
-        if not S.has_canonical_format:
-            S = S.copy()
-            S.sum_duplicates()
         self.vocab_size = S.shape[0]
         self.indptr = torch.as_tensor(S.indptr.astype(np.int64), device=device)
         self.indices = torch.as_tensor(S.indices.astype(np.int64), device=device)
@@ -115,8 +111,15 @@ class _DeviceCSR:
         if flat.device.type == "cpu":
             _fill_dense_rows(flat.contiguous().numpy(), self.indptr.numpy(), self.indices.numpy(),
                              self.data.numpy(), block.numpy())
-            return out
-        block.zero_()
+        else:
+            self.scatter_rows(flat, block.zero_())
+        return out
+
+    def scatter_rows(self, flat: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
+        """Write the stored entries of ``S[flat[r]]`` into ``block[r]`` for ``flat[r] >= 0`` (the
+        rest of ``block`` is left as it is: zero it first), in torch on any device. The path for an
+        accelerator; on the CPU its index arrays, one int64 per stored entry, cost more than the
+        numba kernel."""
         known = torch.nonzero(flat >= 0).squeeze(1)
         starts = self.indptr[flat[known]]
         counts = self.indptr[flat[known] + 1] - starts
@@ -124,7 +127,7 @@ class _DeviceCSR:
         first = torch.cumsum(counts, 0) - counts
         entry = torch.arange(int(counts.sum()), device=flat.device) - torch.repeat_interleave(first - starts, counts)
         block[row_of, self.indices[entry]] = self.data[entry]
-        return out
+        return block
 
 
 def _padded(docs, device, max_length=None, drop_oov=False):
