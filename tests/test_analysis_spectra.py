@@ -123,6 +123,34 @@ def test_sparse_truncated_spectrum_keeps_exact_energy():
     assert not full.truncated and len(full) == 60
 
 
+def _with_duplicates(X):
+    """The same matrix as a non-canonical CSR: every stored entry split into two halves, in a
+    shuffled column order (valid scipy input: duplicates are summed)."""
+    X = sp.csr_array(X)
+    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    r, c = np.concatenate([rows, rows]), np.concatenate([X.indices, X.indices])
+    data = np.concatenate([X.data, X.data]) / 2
+    order = np.lexsort((np.random.default_rng(0).random(r.size), r))
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=X.shape[0]))])
+    out = sp.csr_array((data[order], c[order], indptr), shape=X.shape)
+    assert not out.has_canonical_format
+    np.testing.assert_array_equal(out.toarray(), X.toarray())
+    return out
+
+
+def test_sparse_spectrum_energy_of_a_matrix_with_duplicate_entries():
+    # ‖A‖_F² was the sum of the squared *stored* values: with duplicates (a + b)² read as a² + b²,
+    # so the stable rank and the energy fractions came out wrong (here halved / doubled)
+    X = sp.random(40, 30, density=0.2, random_state=2, format="csr")
+    D = _with_duplicates(X)
+    fro = float((X.toarray() ** 2).sum())
+    for algorithm in ("arpack", "randomized", "dense"):
+        spec = spectrum(D, 5, algorithm=algorithm)
+        assert spec.frobenius_sq == pytest.approx(fro)
+        assert stable_rank(spec) == pytest.approx(stable_rank(spectrum(X, 5, algorithm=algorithm)), rel=1e-5)
+    assert D.nnz == 2 * X.nnz                            # the caller's matrix is left as it was
+
+
 def test_factored_spectrum_is_complete_and_exact():
     L, R = _factors(40, 5, 35)
     spec = spectrum(FactoredMatrix(L, R), name="qk")

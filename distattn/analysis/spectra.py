@@ -147,6 +147,9 @@ def spectrum(X, k: int | None = None, *, algorithm: str = "randomized", random_s
         return spec, u[:, :len(s)], vt[:len(s)]
     if sp.issparse(X):
         A = sp.csr_array(X, dtype=np.float64)
+        if not A.has_canonical_format:      # duplicates: Σ data² is not ‖A‖_F² until they are summed
+            A = A.copy()                    # (csr_array may share the caller's arrays)
+            A.sum_duplicates()
         fro = float(np.sum(A.data ** 2))
     else:
         A = to_numpy(X)
