@@ -115,6 +115,25 @@ def test_word_neighbourhood_top_k_and_mutual_edges():
     assert G.degree(0) == 5
 
 
+def test_word_neighbourhood_of_a_ppmi_with_duplicate_entries():
+    # a non-canonical CSR (each entry stored as two halves, valid scipy input) once gave each
+    # neighbour half its PPMI and picked the top k among the halves: wrong neighbours and weights
+    P = _bank_ppmi()
+    rows = np.repeat(np.arange(P.shape[0]), np.diff(P.indptr))
+    order = np.argsort(np.concatenate([rows, rows]), kind="stable")
+    D = sp.csr_array((np.concatenate([P.data, P.data])[order] / 2, np.concatenate([P.indices, P.indices])[order],
+                      2 * P.indptr), shape=P.shape)
+    assert not D.has_canonical_format and np.array_equal(D.toarray(), P.toarray())
+    for k in (3, 5, 8):
+        want = word_neighbourhood(P, "bank", k=k, words=WORDS)
+        got = word_neighbourhood(D, "bank", k=k, words=WORDS)
+        assert sorted(got.nodes(data="ppmi")) == sorted(want.nodes(data="ppmi"))
+        assert sorted(got.edges(data="weight")) == sorted(want.edges(data="weight"))
+    res = sense_communities(D, "bank", k=8, words=WORDS, seed=0)
+    assert sorted(map(sorted, res.communities)) == [["credit", "deposit", "loan", "money"],
+                                                    ["flood", "river", "shore", "water"]]
+
+
 def test_sense_communities_separate_the_two_banks():
     res = sense_communities(_bank_ppmi(), "bank", k=8, words=WORDS, seed=0)
     assert sorted(map(sorted, res.communities)) == [["credit", "deposit", "loan", "money"],

@@ -188,7 +188,8 @@ def word_neighbourhood(ppmi, word, k: int = 30, words=None, *, include_word: boo
         raise ValueError(f"word id {c} is out of range for a vocabulary of {P.shape[0]}")
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
-    row = P[[c]]
+    row = P[[c]]                                 # a copy of the row
+    row.sum_duplicates()                         # a non-canonical CSR stores a neighbour's PPMI in parts
     cols, vals = row.indices, row.data
     keep = (cols != c) & (vals > 0)
     cols, vals = cols[keep], vals[keep]
