@@ -130,8 +130,8 @@ def _sq_distances(X, Y) -> np.ndarray:
 
 def rbf_kernel(X, Y=None, gamma: float | str | None = None) -> np.ndarray:
     """``exp(-γ ‖x_i - y_j‖²)``. ``gamma``: a positive number, None (1/dim, scikit-learn's
-    default) or ``"median"`` (``γ = 1 / (2 m²)`` with m the median non-zero distance, the usual
-    bandwidth heuristic; Kornblith et al. use a fraction of it)."""
+    default) or ``"median"`` (``γ = 1 / (2 m²)`` with m² the median non-zero squared distance, the
+    usual bandwidth heuristic; Kornblith et al. use a fraction of it)."""
     X, Y = _pair(X, Y)
     d2 = _sq_distances(X, Y)
     if gamma is None:
