@@ -412,3 +412,19 @@ def test_projection_predictor_checks_parameters_set_after_fit(S, docs):
         model.next_token_logits(docs[0])
     with pytest.raises(ValueError, match="vocabulary must be None, a vocabulary size"):
         ProjectionPredictor(vocabulary=7.0).fit(S)             # once "float has no len()"
+
+
+@pytest.mark.parametrize("normalization", ["none", "row"])
+def test_context_oov_id_reaches_a_fused_scorer_too(S, docs, normalization):
+    # context_oov_id is the id the model sees for OOV context tokens; the fused path
+    # (score_next_tokens) used to receive the raw -1s and skip them, so the same model gave
+    # different perplexities depending on which path the evaluator took
+    model = ProjectionPredictor(normalization=normalization).fit(S)
+    fused, lp_f, rk_f = evaluate_next_token(model, docs, context_oov_id=0, return_scores=True)
+    generic, lp_g, rk_g = evaluate_next_token(Generic(model), docs, context_oov_id=0, return_scores=True)
+    scored = prediction_targets(docs)[1]
+    np.testing.assert_allclose(lp_f[scored], lp_g[scored], rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(rk_f[scored], rk_g[scored])
+    assert fused.n_predictions == generic.n_predictions and fused.n_oov_targets == generic.n_oov_targets
+    # and the substitution changes the result: OOV context tokens are no longer skipped
+    assert not np.isclose(fused.mean_nll, evaluate_next_token(model, docs).mean_nll)

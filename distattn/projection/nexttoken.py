@@ -265,7 +265,11 @@ def evaluate_next_token(model, documents, *, vocab_size: int | None = None, temp
     result = NotImplemented
     fast = getattr(model, "score_next_tokens", None)
     if callable(fast):
-        result = fast(docs, temperature=temperature, prior=prior, prior_weight=prior_weight if prior is not None else 0.0)
+        ctx_docs = docs                               # the fused path sees the context the generic path gives
+        if context_oov_id is not None:
+            ctx_docs = RaggedIds(np.where(docs.ids < 0, context_oov_id, docs.ids), docs.offsets)
+        result = fast(ctx_docs, temperature=temperature, prior=prior,
+                      prior_weight=prior_weight if prior is not None else 0.0)
     if result is NotImplemented:
         result = _generic_scores(model, docs, targets, V, temperature, prior, prior_weight, context_oov_id)
     logp, rank = result
