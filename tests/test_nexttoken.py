@@ -428,3 +428,16 @@ def test_context_oov_id_reaches_a_fused_scorer_too(S, docs, normalization):
     assert fused.n_predictions == generic.n_predictions and fused.n_oov_targets == generic.n_oov_targets
     # and the substitution changes the result: OOV context tokens are no longer skipped
     assert not np.isclose(fused.mean_nll, evaluate_next_token(model, docs).mean_nll)
+
+
+def test_fit_temperature_counts_the_models_unk_id_as_evaluate_does(S):
+    # fit_temperature limited and checked the documents without the model's unk_id, which
+    # evaluate_next_token then applied: predictions of <unk> counted towards max_predictions
+    # (here the only document kept had no scored position, and τ came from NaN NLLs)
+    model = ProjectionPredictor(unk_id=0).fit(S)
+    rng = np.random.default_rng(3)
+    docs = [np.array([3] + [0] * 9)] + [rng.integers(1, V, 12) for _ in range(6)]
+    assert fit_temperature(model, docs, max_predictions=5) == fit_temperature(model, docs, unk_id=0,
+                                                                              max_predictions=5)
+    with pytest.raises(ValueError, match="no in-vocabulary prediction target"):
+        fit_temperature(model, [np.array([3, 0, 0, 0])])

@@ -303,13 +303,14 @@ def fit_temperature(model, documents, *, vocab_size: int | None = None, bounds=(
     if not lo < hi:
         raise ValueError(f"bounds must be (low, high) with 0 < low < high; got {bounds!r}")
     V = _model_vocab_size(model, vocab_size)
+    unk_id = getattr(model, "unk_id", None) if unk_id is None else unk_id   # as evaluate_next_token
     docs = _limit(_checks.documents(documents, V, unk_id=unk_id), max_predictions)
     if not prediction_targets(docs)[1].any():
         raise ValueError("the validation documents hold no in-vocabulary prediction target")
 
     def nll(log_tau):
         return evaluate_next_token(model, docs, vocab_size=V, temperature=float(np.exp(log_tau)), prior=prior,
-                                   prior_weight=prior_weight, top_k=()).mean_nll
+                                   prior_weight=prior_weight, unk_id=unk_id, top_k=()).mean_nll
 
     res = minimize_scalar(nll, bounds=(np.log(lo), np.log(hi)), method="bounded", options={"xatol": xatol})
     return float(np.exp(res.x))
