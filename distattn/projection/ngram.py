@@ -48,6 +48,7 @@ class UnigramLM:
     def fit(self, documents, vocab_size: int, *, unk_id: int | None = None) -> "UnigramLM":
         self.vocab_size_ = _checks.positive_int(vocab_size, "vocab_size")
         self.prob_ = unigram_prior(documents, self.vocab_size_, smoothing=self.smoothing, unk_id=unk_id)
+        self.unk_id = unk_id          # evaluate_next_token's default: <unk> targets are skipped, as in training
         with np.errstate(divide="ignore"):
             self.log_prob_ = np.log(self.prob_)
         return self
@@ -118,6 +119,8 @@ class KneserNeyLM:
     ----------
     vocab_size_ : int
     discounts_ : tuple of float, lowest order first
+    unk_id : int or None
+        The id ``fit`` treated as OOV (``evaluate_next_token`` skips such targets by default).
     """
 
     def __init__(self, order: int = 3, discount: float | None = None):
@@ -129,6 +132,7 @@ class KneserNeyLM:
             raise ValueError(f"order must be 2 or 3; got {self.order!r}")
         V = self.vocab_size_ = _checks.positive_int(vocab_size, "vocab_size")
         docs = _checks.documents(documents, V, unk_id=unk_id)
+        self.unk_id = unk_id          # evaluate_next_token's default: <unk> targets are skipped, as in training
         ids = docs.ids.astype(np.int64)
         doc = docs.doc_index()
         same1 = (doc[1:] == doc[:-1]) & (ids[1:] >= 0) & (ids[:-1] >= 0)
