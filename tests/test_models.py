@@ -170,6 +170,26 @@ def test_relative_scores_are_q_dot_k_plus_r():
     assert math.isclose(cache["trunk.blocks.0.attn.hook_scores"][0, h, i, j].item(), expected, rel_tol=1e-4)
 
 
+def test_relative_distances_clipped_to_zero_share_one_vector():
+    # rel_max_distance=0 is a valid clip (one vector r_0 for every pair); it was read as "unset" and
+    # gave max_len - 1, every distance its own vector
+    from distattn.models import MultiHeadSelfAttention, capture_hooks
+    torch.manual_seed(4)
+    clipped = MultiHeadSelfAttention(8, 2, positional="relative", max_len=10, rel_max_distance=0)
+    assert clipped.relative.max_distance == 0 and clipped.relative.vectors.shape == (1, 4)
+    assert MultiHeadSelfAttention(8, 2, positional="relative", max_len=10).relative.max_distance == 9
+    torch.nn.init.normal_(clipped.relative.vectors, std=1.0)
+    plain = MultiHeadSelfAttention(8, 2, max_len=10)
+    plain.load_state_dict({k: v for k, v in clipped.state_dict().items() if not k.startswith("relative.")})
+    x = torch.randn(2, 6, 8)
+    with capture_hooks(clipped, "hook_pattern") as a, capture_hooks(plain, "hook_pattern") as b:
+        clipped(x), plain(x)
+    # q_i . r_0 is the same for every key j: the softmax removes it
+    assert torch.allclose(a["hook_pattern"], b["hook_pattern"], atol=1e-6)
+    with pytest.raises(ValueError, match="rel_max_distance"):
+        MultiHeadSelfAttention(8, 2, positional="relative", max_len=10, rel_max_distance=-1)
+
+
 def test_rope_scores_depend_on_offsets_only():
     torch.manual_seed(2)
     m = tiny_lm(positional="rope", n_layers=1)

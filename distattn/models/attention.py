@@ -65,8 +65,14 @@ class MultiHeadSelfAttention(nn.Module):
         self.dropout, self.causal = float(dropout), bool(causal)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
+        if rel_max_distance is not None and (isinstance(rel_max_distance, bool)
+                                             or not isinstance(rel_max_distance, numbers.Integral)
+                                             or rel_max_distance < 0):
+            raise ValueError(f"rel_max_distance must be None or an integer >= 0; got {rel_max_distance!r}")
         self.rotary = Rotary(self.head_dim, max_len) if positional == "rope" else None
-        self.relative = (RelativePositions(self.head_dim, rel_max_distance or max_len - 1)
+        # None (not 0, a valid clip: one vector for every distance) means "none clipped"
+        self.relative = (RelativePositions(self.head_dim, max_len - 1 if rel_max_distance is None
+                                           else int(rel_max_distance))
                          if positional == "relative" else None)
         self.hook_scores = HookPoint()   # (B, H, T, T), scaled, before the softmax
         self.hook_pattern = HookPoint()  # (B, H, T, T), after the softmax
