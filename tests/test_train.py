@@ -497,6 +497,33 @@ def test_a_checkpoint_trained_on_other_labels_is_refused(tmp_path):
     assert Trainer(tiny_classifier(), same, quiet(epochs=1, batch_size=8), out_dir=tmp_path).fit()["summary"]["steps"] == 2
 
 
+def test_a_checkpoint_trained_on_other_tokens_is_refused(tmp_path):
+    """The data fingerprint summed (a sample of) the ids: swapping two tokens, or moving a document
+    boundary, kept the sum, and a run on the changed data silently resumed the old one."""
+    docs, y = toy_docs(16)
+    Trainer(tiny_classifier(), ClassificationTask(ClassificationData(docs, y, max_len=16)),
+            quiet(epochs=1, batch_size=8), out_dir=tmp_path / "clf").fit()
+    swapped = [d.copy() for d in docs]
+    swapped[0][[0, 1]] = swapped[0][[1, 0]]
+    assert swapped[0][0] != swapped[0][1]
+    moved = [d.copy() for d in docs]
+    moved[0], moved[1] = np.concatenate([docs[0], docs[1][:1]]), docs[1][1:]     # same ids, another boundary
+    for other in (swapped, moved):
+        with pytest.raises(CheckpointMismatchError, match=r"task\.train\.checksum"):
+            Trainer(tiny_classifier(), ClassificationTask(ClassificationData(other, y, max_len=16)),
+                    quiet(epochs=1, batch_size=8), out_dir=tmp_path / "clf").fit()
+    same = [d.astype(np.int32) for d in docs]                      # the same data in another dtype resumes
+    assert Trainer(tiny_classifier(), ClassificationTask(ClassificationData(same, y, max_len=16)),
+                   quiet(epochs=1, batch_size=8), out_dir=tmp_path / "clf").fit()["summary"]["steps"] == 2
+
+    lm = dict(vocab_size=V, d_model=16, n_layers=1, n_heads=2, max_len=8)
+    Trainer(TransformerLM(LMConfig(**lm)), LMTask(LMData(RaggedIds.from_sequences(docs), seq_len=8)),
+            quiet(epochs=1, batch_size=4), out_dir=tmp_path / "lm").fit()
+    with pytest.raises(CheckpointMismatchError, match=r"task\.train\.checksum"):
+        Trainer(TransformerLM(LMConfig(**lm)), LMTask(LMData(RaggedIds.from_sequences(swapped), seq_len=8)),
+                quiet(epochs=1, batch_size=4), out_dir=tmp_path / "lm").fit()
+
+
 def test_empty_or_capped_to_nothing_eval_sets_are_refused():
     """An empty eval set once scored accuracy=nan, loss=nan; max_eval_sequences=0 scored perplexity 1.0 on no
     tokens; LMData([]) had length -1 ('__len__() should return >= 0')."""

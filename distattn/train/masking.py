@@ -13,7 +13,7 @@ import math
 import numpy as np
 import torch
 
-from distattn.train.data import _check_ids, _check_seq_len, as_ragged, epoch_plan, packed_stream, stream_checksum
+from distattn.train.data import _check_ids, _check_seq_len, as_ragged, epoch_plan, packed_stream, cached_checksum
 from distattn.train.tasks import LMTask, in_eval_mode, to_device
 
 __all__ = ["MaskedLMData", "MaskedLMTask", "hashed_uniform"]
@@ -81,7 +81,7 @@ class MaskedLMData:
         return {"kind": "mlm", "n_sequences": self.n_sequences, "seq_len": self.seq_len, "mask_id": self.mask_id,
                 "mask_prob": self.mask_prob, "replace": list(self.replace), "random_low": self.random_low,
                 "seed": self.seed, "bos_id": self.bos_id,
-                "checksum": stream_checksum(self.stream)}
+                "checksum": cached_checksum(self, self.stream)}
 
     def batch(self, index, epoch: int = 0) -> dict:
         index = np.asarray(index, dtype=np.int64)
