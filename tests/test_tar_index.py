@@ -55,3 +55,19 @@ def test_imdb_archive_index_equals_tarfile(imdb_archive):
     data = zlib.decompress(imdb_archive.read_bytes(), 47)
     ref = reference(data)
     assert _fast_index(data) == ref and index_regular_files(data) == ref
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT])
+def test_regular_files_are_those_tarfile_calls_files(fmt):
+    # a contiguous file (type "7") is a regular file to tarfile and was dropped; an old-style
+    # directory (type "\0" with a trailing "/") is not, and was listed
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        for name, kind, data in (("a/1_9.txt", tarfile.CONTTYPE, b"hello"), ("b/2_8.txt", tarfile.REGTYPE, b"x"),
+                                 ("c/", tarfile.AREGTYPE, b""), ("d/3_7.txt", tarfile.AREGTYPE, b"yz")):
+            info = tarfile.TarInfo(name)
+            info.type, info.size = kind, len(data)
+            tf.addfile(info, io.BytesIO(data))
+    data = buf.getvalue()
+    assert [n for n, _, _ in reference(data)] == ["a/1_9.txt", "b/2_8.txt", "d/3_7.txt"]
+    assert _fast_index(data) == reference(data)

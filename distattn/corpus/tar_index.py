@@ -48,16 +48,19 @@ def _fast_index(data: bytes | memoryview) -> list[tuple[str, int, int]]:
             continue
         if kind not in _SIMPLE_TYPES:
             raise _Unsupported
+        short = header[:100].split(b"\0", 1)[0]
         if long_name is not None:
             name, long_name = long_name, None
         else:
-            name = header[:100].split(b"\0", 1)[0]
+            name = short
             if header[257:262] == b"ustar":
                 prefix = header[345:500].split(b"\0", 1)[0]
                 if prefix:
                     name = prefix + b"/" + name
             name = name.decode("utf-8")
-        if kind in (b"0", b"\0"):
+        # tarfile's regular files: REGTYPE, AREGTYPE (unless its header name ends in "/": an
+        # old-style directory) and CONTTYPE ("7", a contiguous file)
+        if kind in (b"0", b"7") or (kind == b"\0" and not short.endswith(b"/")):
             if data_start + size > n:
                 raise tarfile.ReadError(f"member {name} runs past the end of the archive (truncated)")
             out.append((name, data_start, size))
