@@ -40,6 +40,16 @@ def test_bytes_fast_path_equals_str_path(text):
     assert tokenize_to_bytes(tok, text.encode("utf-8")) == [t.encode() for t in tok(text)]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("aZ0 \t\n\x1c\x1d\x1e\x1f\x1b.")), max_size=30),
+       st.sampled_from([r"\S+", r"[^\s.]+", r"\w+"]))
+def test_bytes_fast_path_equals_str_path_for_whitespace_patterns(text, pattern):
+    # str's \s also matches \x1c-\x1f (str.isspace()); the bytes fast path's \s did not, so a
+    # .txt corpus (bytes) and the same text as .jsonl (str) were tokenized differently
+    tok = RegexTokenizer(pattern=pattern)
+    assert tokenize_to_bytes(tok, text.encode("utf-8")) == [t.encode() for t in tok(text)]
+
+
 def test_vocabulary_order_and_limits():
     v = Vocabulary.build([["b", "a", "c", "a", "b", "d"]], min_count=1)
     assert v.itos == ["<pad>", "<unk>", "a", "b", "c", "d"]        # count desc, ties alphabetical

@@ -27,6 +27,9 @@ def _subclass(tokenizer, base) -> dict:
     return {} if cls is base else {"class": f"{cls.__module__}.{cls.__qualname__}"}
 
 
+_UNICODE_ONLY_SPACE = re.compile(rb"[\x1c-\x1f]")   # ASCII characters str's \s matches and bytes' \s does not
+
+
 class RegexTokenizer:
     """Lowercase, strip markup strings, and keep the matches of ``pattern``.
 
@@ -57,6 +60,9 @@ class RegexTokenizer:
             # a subclass that overrides __call__ (e.g. to stem) must see every text: no fast path
             fast = pattern.isascii() and type(self).__call__ is RegexTokenizer.__call__
             self._bre = re.compile(pattern.encode("ascii")) if fast else None
+            # the one place a str pattern and its bytes copy differ on ASCII text: str \s also
+            # matches the separators \x1c-\x1f (str.isspace()), bytes \s does not
+            self._check_separators = fast and ("\\s" in pattern or "\\S" in pattern)
         except re.error as exc:
             raise ValueError(f"pattern={pattern!r} is not a valid regular expression: {exc}") from None
 
@@ -81,7 +87,8 @@ class RegexTokenizer:
         on ASCII text, so the tokens are the same); anything else is decoded, tokenized as
         ``str`` (Unicode lowercasing can map e.g. U+212A KELVIN SIGN to ``k``) and re-encoded.
         """
-        if self._bre is not None and raw.isascii():
+        if self._bre is not None and raw.isascii() and not (self._check_separators
+                                                             and _UNICODE_ONLY_SPACE.search(raw)):
             if self.lowercase:
                 raw = raw.lower()
             for s in self._bstrip:
