@@ -45,6 +45,18 @@ def test_text_corpus_with_embeddings(capsys, tmp_path, monkeypatch):
     assert (stats.cooc != sp.load_npz(tmp_path / "o" / "cooc.npz")).nnz == 0
 
 
+def test_a_run_without_embeddings_leaves_no_earlier_embeddings_in_out(capsys, tmp_path):
+    # --out held the first run's embeddings.npy (8 rows) beside the second run's vocab.json (6 ids)
+    (tmp_path / "a.txt").write_text("a b c d a b\nc d e f a\nb c a d e\n")
+    (tmp_path / "b.txt").write_text("x y z x y\nz x y w\n")
+    out = tmp_path / "o"
+    for name, extra in (("a.txt", ["--svd-dim", "2"]), ("b.txt", [])):
+        code, _, err = run_cli(["--corpus", "text", "--path", str(tmp_path / name), "--out", str(out), *extra],
+                               capsys)
+        assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["cooc.npz", "ppmi.npz", "stats.json", "vocab.json"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--corpus", "imbd"], "unknown corpus 'imbd'; valid names: imdb, paper, text"),
     (["--corpus", "text"], "--corpus text needs --path"),

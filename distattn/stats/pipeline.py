@@ -101,6 +101,8 @@ class Statistics:
             with atomic_path(out / "embeddings.npy", suffix=".npy") as tmp:
                 np.save(tmp, self.embeddings)
             written.append(out / "embeddings.npy")
+        else:       # an earlier run's vectors would sit beside this run's vocab.json as if they were its own
+            (out / "embeddings.npy").unlink(missing_ok=True)
         with atomic_path(out / "stats.json") as tmp:
             tmp.write_text(json.dumps({"config": dataclasses.asdict(self.config), **self.summary()}, indent=1))
         written.append(out / "stats.json")
