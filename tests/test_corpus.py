@@ -50,6 +50,19 @@ def test_bytes_fast_path_equals_str_path_for_whitespace_patterns(text, pattern):
     assert tokenize_to_bytes(tok, text.encode("utf-8")) == [t.encode() for t in tok(text)]
 
 
+@pytest.mark.parametrize("pattern", [r"[a-z\u00e0-\u00ff]+", r"(?:[a-z]|\N{LATIN SMALL LETTER E WITH ACUTE})+",
+                                     r"(?u)[a-z\u00e9]+"])
+def test_a_pattern_valid_only_as_str_is_accepted_and_used(pattern):
+    # it was refused as "not a valid regular expression": its bytes copy (the ASCII fast path)
+    # does not compile
+    tok = RegexTokenizer(pattern=pattern)
+    assert tok("Café au lait") == ["café", "au", "lait"]
+    assert tokenize_to_bytes(tok, b"Cafe au lait") == [b"cafe", b"au", b"lait"]
+    assert tokenize_to_bytes(tok, "Café".encode()) == ["café".encode()]
+    with pytest.raises(ValueError, match="not a valid regular expression"):
+        RegexTokenizer(pattern=r"[a-z")
+
+
 def test_vocabulary_order_and_limits():
     v = Vocabulary.build([["b", "a", "c", "a", "b", "d"]], min_count=1)
     assert v.itos == ["<pad>", "<unk>", "a", "b", "c", "d"]        # count desc, ties alphabetical

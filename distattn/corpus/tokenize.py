@@ -57,14 +57,17 @@ class RegexTokenizer:
         self._bstrip = tuple(x.encode("ascii") for x in self.strip if isinstance(x, str) and x.isascii())
         try:
             self._re = re.compile(pattern)
-            # a subclass that overrides __call__ (e.g. to stem) must see every text: no fast path
-            fast = pattern.isascii() and type(self).__call__ is RegexTokenizer.__call__
-            self._bre = re.compile(pattern.encode("ascii")) if fast else None
-            # the one place a str pattern and its bytes copy differ on ASCII text: str \s also
-            # matches the separators \x1c-\x1f (str.isspace()), bytes \s does not
-            self._check_separators = fast and ("\\s" in pattern or "\\S" in pattern)
         except re.error as exc:
             raise ValueError(f"pattern={pattern!r} is not a valid regular expression: {exc}") from None
+        # a subclass that overrides __call__ (e.g. to stem) must see every text: no fast path
+        fast = pattern.isascii() and type(self).__call__ is RegexTokenizer.__call__
+        try:
+            self._bre = re.compile(pattern.encode("ascii")) if fast else None
+        except re.error:        # valid for str only (\u00e9, \N{...}, (?u)): every text takes the str path
+            self._bre = None
+        # the one place a str pattern and its bytes copy differ on ASCII text: str \s also
+        # matches the separators \x1c-\x1f (str.isspace()), bytes \s does not
+        self._check_separators = self._bre is not None and ("\\s" in pattern or "\\S" in pattern)
 
     def config(self) -> dict:
         return {"kind": "regex", "pattern": self.pattern, "lowercase": self.lowercase,
