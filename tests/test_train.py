@@ -524,6 +524,37 @@ def test_a_checkpoint_trained_on_other_tokens_is_refused(tmp_path):
                 quiet(epochs=1, batch_size=4), out_dir=tmp_path / "lm").fit()
 
 
+def test_tf32_is_set_for_a_training_run_and_for_scoring_only(tmp_path):
+    """Trainer.fit switched CUDA's TF32 on for the rest of the process, so an evaluation gave other
+    figures after a training run than in a fresh process; now each sets it for itself."""
+    from distattn.train import NextTokenScorer
+    seen = []
+
+    def record(module, args):
+        seen.append(torch.backends.cuda.matmul.allow_tf32)
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        docs, _ = toy_docs(16)
+        lm = TransformerLM(LMConfig(vocab_size=V, d_model=16, n_layers=1, n_heads=2, max_len=8))
+        handle = lm.register_forward_pre_hook(record)
+        Trainer(lm, LMTask(LMData(RaggedIds.from_sequences(docs), seq_len=8)),
+                quiet(epochs=1, batch_size=4, tf32=True)).fit()
+        assert seen and all(seen)                                   # on while training ...
+        assert torch.backends.cuda.matmul.allow_tf32 is False       # ... and off again after it
+        assert torch.backends.cudnn.allow_tf32 is False
+        for precision, want in (("tf32", True), ("fp32", False), ("bf16", False)):
+            seen.clear()
+            NextTokenScorer(lm, precision=precision).score_next_tokens(RaggedIds.from_sequences(docs[:2]))
+            assert seen and all(s is want for s in seen), precision
+            assert torch.backends.cuda.matmul.allow_tf32 is False
+        handle.remove()
+        with pytest.raises(ValueError, match=r"precision must be one of 'tf32', 'fp32', 'bf16'; got 'fp16'"):
+            NextTokenScorer(lm, precision="fp16")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
 def test_empty_or_capped_to_nothing_eval_sets_are_refused():
     """An empty eval set once scored accuracy=nan, loss=nan; max_eval_sequences=0 scored perplexity 1.0 on no
     tokens; LMData([]) had length -1 ('__len__() should return >= 0')."""

@@ -38,7 +38,7 @@ import torch.distributed as dist
 from torch import nn
 
 from distattn.atomic import atomic_path, write_json
-from distattn.train.tasks import to_device
+from distattn.train.tasks import tf32_matmuls, to_device
 
 SCHEDULES = ("cosine", "linear", "constant")
 PRECISIONS = ("auto", "bf16", "fp32")
@@ -352,13 +352,14 @@ class Trainer:
                 save_model(raw, self.out_dir / "best.pt")
 
     def fit(self) -> dict:
+        with tf32_matmuls(self.config.tf32):     # for this run only (it was left on for the whole process)
+            return self._fit()
+
+    def _fit(self) -> dict:
         cfg, task = self.config, self.task
         rank, world, local_rank = setup_distributed()
         device = pick_device(cfg.device, local_rank)
         bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
-        if device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
-            torch.backends.cudnn.allow_tf32 = cfg.tf32
         autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
 
         raw = _unwrap(self.model).to(device)

@@ -19,8 +19,11 @@ import numpy as np
 import torch
 
 from distattn.train.data import _check_count, _check_special
+from distattn.train.tasks import tf32_matmuls
 
-__all__ = ["NextTokenScorer", "evaluate_lm"]
+__all__ = ["NextTokenScorer", "evaluate_lm", "PRECISIONS"]
+
+PRECISIONS = ("tf32", "fp32", "bf16")
 
 
 class NextTokenScorer:
@@ -39,12 +42,14 @@ class NextTokenScorer:
         Windows per forward pass.
     device : torch.device or str, optional
         Where the windows run; default the model's device.
-    precision : {"fp32", "bf16"}
-        fp32 (TF32 matmuls on CUDA) by default, so that ranks are not blurred by bf16 ties.
+    precision : {"tf32", "fp32", "bf16"}
+        On CUDA: float32 with TF32 matmuls (the default, what the trainer uses), strict float32, or
+        bf16 autocast (which blurs ranks with ties). Set for the scoring itself, so the figures do
+        not depend on what ran before in the process. The CPU computes float32 for all three.
     """
 
     def __init__(self, model, *, bos_id: int = 0, oov_id: int = 1, stride: int | None = None, batch_size: int = 64,
-                 device=None, precision: str = "fp32"):
+                 device=None, precision: str = "tf32"):
         if not getattr(model.config, "causal", True):
             raise ValueError(f"next-token scoring needs a causal model; {type(model).__name__} has causal=False "
                              f"(a bidirectional model sees the token it would predict)")
@@ -57,8 +62,8 @@ class NextTokenScorer:
         self.stride = max(1, self.max_len // 2) if stride is None else _check_count(stride, "stride")
         if not 1 <= self.stride <= self.max_len - 1 and self.max_len > 1:
             raise ValueError(f"stride must be in [1, max_len - 1 = {self.max_len - 1}]; got {self.stride}")
-        if precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be 'fp32' or 'bf16'; got {precision!r}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}; got {precision!r}")
         self.batch_size, self.precision = _check_count(batch_size, "batch_size"), precision
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
 
@@ -84,11 +89,12 @@ class NextTokenScorer:
     @torch.no_grad()
     def _logits(self, ids: torch.Tensor) -> torch.Tensor:
         self.model.eval()
-        if self.precision == "bf16" and self.device.type == "cuda":
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+        with tf32_matmuls(self.precision == "tf32"):
+            if self.precision == "bf16" and self.device.type == "cuda":
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    out = self.model(ids)
+            else:
                 out = self.model(ids)
-        else:
-            out = self.model(ids)
         return out.float()
 
     @torch.no_grad()
@@ -143,7 +149,7 @@ class NextTokenScorer:
 
 def evaluate_lm(model, documents, *, unk_id: int | None = 1, bos_id: int = 0, stride: int | None = None,
                 batch_size: int = 64, max_predictions: int | None = None, top_k=(1, 10), device=None,
-                precision: str = "fp32", **kwargs):
+                precision: str = "tf32", **kwargs):
     """Perplexity and top-k accuracy of a causal LM on held-out ``documents`` with the shared metric.
 
     Positions whose target is ``<unk>`` (``unk_id``) or negative are skipped, as for the

@@ -53,6 +53,19 @@ def _check_eval_sets(eval_sets) -> dict:
     return dict(eval_sets)
 
 
+@contextlib.contextmanager
+def tf32_matmuls(enabled: bool):
+    """CUDA float32 matmuls and convolutions in TF32 (``enabled``) or strict float32 while inside;
+    the previous (process-wide) settings come back on exit, so what runs after a training run does
+    not depend on whether one ran before it in the process."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(enabled)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
 def in_eval_mode(method):
     """Decorator for a task's ``evaluate(model, ...)`` / ``predict(model, ...)``: it runs under :func:`eval_mode` and
     without gradients."""
