@@ -26,6 +26,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(PAYLOAD[: len(PAYLOAD) // 2])
             self.wfile.flush()
             self.connection.close()
+        elif self.path == "/cut-chunked":   # chunked: announces a 1 KiB chunk, sends half, then closes
+            self.protocol_version = "HTTP/1.1"
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"400\r\n" + b"x" * 0x200)
+            self.wfile.flush()
+            self.connection.close()
         else:
             self.send_error(404)
 
@@ -72,3 +80,13 @@ def test_existing_file_survives_failed_download(server, tmp_path):
 def test_unreachable(tmp_path):
     with pytest.raises(DownloadError, match="could not download http://127.0.0.1:9/"):
         download("http://127.0.0.1:9/x", tmp_path / "f", progress=False, timeout=5)
+
+
+@pytest.mark.parametrize("path", ["/cut", "/cut-chunked"])
+def test_body_cut_short_is_refused_without_size_or_checksum(server, tmp_path, path):
+    # urllib's read(amt) returns b"" when the server closes before Content-Length bytes instead of
+    # raising: the half body was renamed onto dest when no size or sha256 was given; a cut chunked
+    # body raised http.client.IncompleteRead, not DownloadError
+    with pytest.raises(DownloadError, match="broke off"):
+        download(server + path, tmp_path / "f.bin", progress=False)
+    assert leftovers(tmp_path) == []

@@ -4,6 +4,7 @@ a rename. A failed or interrupted download leaves nothing under the final name."
 from __future__ import annotations
 
 import hashlib
+import http.client
 import numbers
 import os
 import urllib.error
@@ -63,12 +64,17 @@ def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = N
                     n += len(block)
                     if bar is not None:
                         bar.update(len(block))
-            except OSError as exc:
+            except (OSError, http.client.HTTPException) as exc:   # IncompleteRead: a cut chunked body
                 raise DownloadError(f"download of {url} broke off after {n} bytes: {exc}") from exc
             finally:
                 if bar is not None:
                     bar.close()
         digest = h.hexdigest()
+        # read(amt) does not raise when the server closes before Content-Length bytes: a body
+        # cut short was kept when no size or checksum was given
+        if total is not None and total.strip().isdigit() and n != int(total):
+            raise DownloadError(f"download of {url} broke off after {n} of the {int(total)} bytes the server "
+                                "announced; nothing was kept")
         if size_ok is not None and n not in size_ok:
             raise DownloadError(f"download of {url} has {n} bytes; expected one of {sorted(size_ok)} "
                                 "(truncated or wrong file); nothing was kept")
