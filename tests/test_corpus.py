@@ -510,3 +510,29 @@ def test_a_corpus_of_ones_own_keeps_words_of_any_script(tmp_path):
     assert words(tokenize_corpus(["Ça va"], cache=False), 0) == ["ça", "va"]
     assert TextCorpus(path).default_tokenizer().config() == unicode_tokenizer().config()
     assert ImdbCorpus.default_tokenizer(None).config() == RegexTokenizer().config()
+
+
+@pytest.mark.parametrize("layout", ["txt", "dir", "jsonl"])
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_word(tmp_path, layout):
+    """A UTF-8 BOM (Windows editors) stayed on the first word: WhitespaceTokenizer gave '\\ufeffthe',
+    a type of its own beside 'the'; a .jsonl file with one was refused as invalid JSON."""
+    from distattn.corpus import WhitespaceTokenizer
+    bom = "\ufeff".encode("utf-8")
+    if layout == "txt":
+        path = tmp_path / "a.txt"
+        path.write_bytes(bom + b"the cat\r\nthe dog\r\n")
+    elif layout == "dir":
+        path = tmp_path / "docs"
+        (path / "sub").mkdir(parents=True)
+        (path / "a.txt").write_bytes(bom + b"the cat")
+        (path / "sub" / "b.txt").write_bytes(bom + b"the dog")
+    else:
+        path = tmp_path / "a.jsonl"
+        path.write_bytes(bom + b'{"text": "the cat", "label": 1}\r\n{"text": "the dog"}\n')
+    corpus = TextCorpus(path)
+    tc = tokenize_corpus(corpus, tokenizer=WhitespaceTokenizer(), cache=tmp_path / "cache")
+    assert sorted(tc.types) == ["cat", "dog", "the"] and tc.vocabulary().counts[2] == 2
+    # tokens cached before the BOM was dropped are another entry than these
+    assert corpus.fingerprint()["bom"] == "dropped"
+    (tmp_path / "plain.txt").write_bytes(b"the cat\n")
+    assert "bom" not in TextCorpus(tmp_path / "plain.txt").fingerprint()     # other corpora keep their keys

@@ -55,15 +55,20 @@ class TextCorpus(Corpus):
         # size and mtime alone missed a rewrite whose mtime was restored (cp -p, rsync -t, tar,
         # os.utime); the change time cannot be set back, and any write or utime moves it
         stats = [p.stat() for p in files]
+        # a leading byte-order mark was once read as part of the first word: a file that has one
+        # gets its own cache entry, so tokens cached before that fix are not reused
+        bom = self.encoding == "utf-8" and any(_starts_with_bom(p) for p in files)
         return {"corpus": "text", "path": str(self.path.resolve()), "kind": self.kind,
                 **({} if self.encoding == "utf-8" else {"encoding": self.encoding, "line_end": "lf"}),
+                **({"bom": "dropped"} if bom else {}),
                 "files": [(str(p.relative_to(self.path)) if self.kind == "dir" else p.name,
                            st.st_size, st.st_mtime_ns, st.st_ctime_ns) for p, st in zip(files, stats)]}
 
     def __iter__(self) -> Iterator[Document]:
         if self.kind == "dir":
             for p in self._files:
-                yield Document(self._utf8(p.read_bytes(), p), split="all", name=str(p.relative_to(self.path)))
+                yield Document(self._utf8(self._drop_bom(p.read_bytes()), p), split="all",
+                               name=str(p.relative_to(self.path)))
         elif self.kind == "txt":
             warned = False
             for i, line in self._txt_lines():
@@ -93,7 +98,7 @@ class TextCorpus(Corpus):
         if self.encoding == "utf-8":
             with open(self.path, "rb") as fh:
                 for i, line in enumerate(fh, 1):
-                    yield i, self._utf8(line.rstrip(b"\r\n"), self.path, i)
+                    yield i, self._utf8(self._drop_bom(line.rstrip(b"\r\n"), i), self.path, i)
         else:                                  # decoded before splitting: a UTF-16 newline is two bytes
             for i, line in self._decoded_lines(newline="\n"):
                 yield i, line.rstrip("\r\n").encode("utf-8")
@@ -104,7 +109,7 @@ class TextCorpus(Corpus):
             return
         with open(self.path, "rb") as fh:             # line by line, so that a bad byte is reported with its line
             for i, raw in enumerate(fh, 1):
-                yield i, self._utf8(raw, self.path, i).decode("utf-8")
+                yield i, self._utf8(self._drop_bom(raw, i), self.path, i).decode("utf-8")
 
     def _decoded_lines(self, newline=None) -> Iterator[tuple[int, str]]:
         """``(line number, text)`` of a file in a declared encoding other than UTF-8."""
@@ -116,6 +121,15 @@ class TextCorpus(Corpus):
         except UnicodeDecodeError as exc:
             raise ValueError(f"{self.path}: not valid {self.encoding} after line {i} ({exc.reason}); pass the "
                              f"file's encoding as encoding=") from None
+
+    def _drop_bom(self, raw: bytes, line: int = 1) -> bytes:
+        """A UTF-8 file's first line without its byte-order mark (U+FEFF, as Windows editors write
+        it): it is no character of the text, and ``str.split`` kept it on the first word
+        (``"\\ufeffthe"``, another type than ``"the"``); other codecs (utf-8-sig, utf-16) drop it
+        when decoding."""
+        if line == 1 and self.encoding == "utf-8" and raw.startswith(codecs.BOM_UTF8):
+            return raw[len(codecs.BOM_UTF8):]
+        return raw
 
     def _utf8(self, raw: bytes, path: Path, line: int | None = None) -> bytes:
         """Documents are UTF-8 bytes: input is checked against its encoding (a byte that does not
@@ -139,6 +153,11 @@ class TextCorpus(Corpus):
 
     def __repr__(self) -> str:
         return f"TextCorpus({str(self.path)!r}, kind={self.kind!r})"
+
+
+def _starts_with_bom(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8
 
 
 def _warn_inner_cr(path: Path, line: int) -> bool:
