@@ -188,6 +188,21 @@ def test_damaged_cache_is_rebuilt(tmp_path):
     assert tokenize_corpus(corpus, cache=tmp_path).types == tc.types     # and reads back
 
 
+@pytest.mark.parametrize("name", ["ids.npy", "offsets.npy", "labels.npy", "type_counts.npy"])
+def test_a_cache_file_left_empty_is_rebuilt(tmp_path, name):
+    """np.load raises EOFError, not OSError/ValueError, for a file of zero bytes: the damaged entry
+    stopped tokenize_corpus instead of being rebuilt."""
+    corpus = ListCorpus(["a b c", "c d"], labels=[1, 0])
+    tc = tokenize_corpus(corpus, cache=tmp_path)
+    entry = next(tmp_path.iterdir())
+    (entry / name).unlink()                  # not truncated in place: tc maps ids.npy
+    (entry / name).write_bytes(b"")
+    again = tokenize_corpus(corpus, cache=tmp_path)
+    assert again.types == tc.types and np.array_equal(again.tokens.ids, tc.tokens.ids)
+    assert np.array_equal(again.tokens.offsets, tc.tokens.offsets) and again.labels.tolist() == [1, 0]
+    assert (entry / name).stat().st_size > 0          # the entry was written anew
+
+
 def test_empty_corpus_errors(tmp_path):
     with pytest.raises(EmptyCorpusError, match="no documents"):
         tokenize_corpus(ListCorpus([]), cache=False)

@@ -264,7 +264,9 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
         if (entry / "meta.json").exists():
             try:
                 return TokenizedCorpus.load(entry)
-            except (OSError, ValueError, KeyError) as exc:  # a damaged entry is rebuilt, never trusted
+            # a damaged entry is rebuilt, never trusted; EOFError: an empty .npy (numpy raises it for a
+            # file of zero bytes, what a crash before the data reached the disk can leave)
+            except (OSError, ValueError, KeyError, EOFError) as exc:
                 log.warning("ignoring damaged tokenized cache %s: %s", entry, exc)
         try:                                   # an unwritable cache fails now, not after the tokenizing
             ensure_writable_dir(root)
