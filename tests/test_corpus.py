@@ -551,3 +551,14 @@ def test_a_utf8_byte_order_mark_is_not_part_of_the_first_word(tmp_path, layout):
     assert corpus.fingerprint()["bom"] == "dropped"
     (tmp_path / "plain.txt").write_bytes(b"the cat\n")
     assert "bom" not in TextCorpus(tmp_path / "plain.txt").fingerprint()     # other corpora keep their keys
+
+
+def test_a_directory_corpus_reads_txt_files_whatever_the_case_of_their_suffix(tmp_path):
+    """A single B.TXT is a .txt corpus, but rglob("*.txt") left it out of a directory silently."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.txt").write_text("alpha")
+    (tmp_path / "sub" / "B.TXT").write_text("beta")
+    (tmp_path / "c.Txt").write_text("gamma")
+    (tmp_path / "d.csv").write_text("not read")
+    assert [d.text for d in TextCorpus(tmp_path)] == [b"alpha", b"gamma", b"beta"]
+    assert [d.text for d in TextCorpus(tmp_path / "sub" / "B.TXT")] == [b"beta"]

@@ -36,7 +36,8 @@ class TextCorpus(Corpus):
                                     + "; ".join(SUPPORTED))
         if self.path.is_dir():
             self.kind = "dir"
-            self._files = sorted(p for p in self.path.rglob("*.txt") if p.is_file())
+            # the suffix in any case, as for a single file: rglob("*.txt") left out B.TXT without a word
+            self._files = sorted(p for p in self.path.rglob("*") if p.suffix.lower() == ".txt" and p.is_file())
             if not self._files:
                 raise ValueError(f"directory {str(self.path)!r} contains no .txt files")
         elif self.path.suffix.lower() == ".txt":
