@@ -15,7 +15,8 @@ Conventions (those of Stanford GloVe's ``cooccur``):
 Exactness: harmonic weights are accumulated as the integers ``L/d`` with ``L = lcm(1..window)``
 and divided by ``L`` once at the end, so every sum is exact (below 2**53) and the matrix does
 not depend on the order of summation: chunked, threaded and Dask runs give identical bits.
-For ``window > 22`` the plain float weights ``1/d`` are used instead.
+For ``window > 22`` the plain float weights ``1/d`` are used instead, and chunked, threaded and
+Dask runs then agree to rounding (about 1e-16 relative), not bit for bit.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
     backend : {"numpy", "dask"}
         ``"dask"`` counts document groups on a ``dask.distributed`` cluster (``client``: a
         Client or a scheduler address; ``n_partitions`` groups, default two per worker thread)
-        and gives the identical matrix.
+        and gives the identical matrix (up to rounding for ``window > 22``).
     max_memory : int, optional
         Bytes allowed (default: :func:`distattn.memory.available_memory`); the estimate is
         checked before anything large is allocated.

@@ -4,7 +4,8 @@ The corpus is cut into consecutive document groups; each worker counts its group
 same compiled kernel as the local backend, partial matrices are summed in a tree on the
 workers, and the client receives one matrix. Because the harmonic weights are integers until
 the final division (see :mod:`distattn.stats.cooccurrence`), the result is bit-identical to the
-local backend whatever the grouping or the order of the sums.
+local backend whatever the grouping or the order of the sums, for ``window <= 22``; a wider
+window sums float weights ``1/d``, and the grouping changes the last bits (about 1e-16 relative).
 """
 
 from __future__ import annotations
