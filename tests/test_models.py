@@ -58,6 +58,30 @@ def test_seed_classifier_matches_the_paper():
     assert torch.count_nonzero(m.trunk.tok_emb.weight[0]) == 0
 
 
+def test_seed_classifier_drops_out_where_the_seeds_code_does_only():
+    """The seed's block is LayerNorm(X + Drop(MHA(X))), LayerNorm(X + Drop(FFN(X))) with a dropout
+    inside the FFN, and nn.MultiheadAttention's own dropout left at its default 0.0; E + P is not
+    dropped. The config once dropped the embeddings and the attention pattern too (p = 0.1)."""
+    cfg = seed_classifier_config(vocab_size=50, d_model=32)
+    assert (cfg.dropout, cfg.attn_dropout, cfg.embed_dropout) == (0.1, 0.0, 0.0)
+    m = TransformerClassifier(cfg).train()
+    seen = {}
+    m.trunk.blocks[0].register_forward_pre_hook(lambda mod, args: seen.setdefault("block_in", []).append(args[0]))
+    m.trunk.blocks[0].attn.register_forward_hook(lambda mod, args, out: seen.setdefault("attn", []).append(out))
+    ids, mask = torch.randint(2, 50, (3, 9)), torch.ones(3, 9, dtype=torch.bool)
+    outs = [m(ids, mask) for _ in range(2)]
+    for name in ("block_in", "attn"):                      # deterministic in training: no dropout there
+        assert torch.equal(seen[name][0], seen[name][1]), name
+    assert not torch.equal(outs[0], outs[1])               # the dropouts the seed has still act
+    drops = sorted(mod.p for mod in m.trunk.modules() if isinstance(mod, torch.nn.Dropout))
+    assert drops == [0.0] + [0.1] * 4                      # embeddings; per block: FFN inside, residuals
+    plain = TransformerClassifier(seed_classifier_config(vocab_size=50, d_model=32, attn_dropout=None,
+                                                         embed_dropout=None))
+    assert plain.trunk.drop.p == 0.1 and plain.trunk.blocks[0].attn.dropout == 0.1    # None: dropout
+    with pytest.raises(ValueError, match="embed_dropout"):
+        seed_classifier_config(embed_dropout=1.5).validate()
+
+
 def test_seed_classifier_widths_follow_d_model_unless_given():
     """FFN 4d and head d/2 at any d (once fixed at 1024 and 128 whatever d_model was)."""
     small = TransformerClassifier(seed_classifier_config(vocab_size=50, d_model=64))

@@ -3,8 +3,11 @@
 Seed architecture (``seed_classifier_config()``)::
 
     X = E[ids] + P                        token + learned positional embeddings, d = 256, max_len = 256
-    X = Block(Block(X))                   post-norm: LayerNorm(X + MHA(X)), LayerNorm(X + FFN(X));
-                                          4 heads, ReLU FFN of width 4d, dropout 0.1
+    X = Block(Block(X))                   post-norm: LayerNorm(X + Drop(MHA(X))), LayerNorm(X + Drop(FFN(X)));
+                                          4 heads, ReLU FFN of width 4d, dropout 0.1 on the attention
+                                          output, inside the FFN and on its output; none on the
+                                          embeddings or the attention pattern (the seed's code:
+                                          nn.MultiheadAttention's default dropout 0.0)
     z = Σ_i m_i X_i / max(Σ_i m_i, 1e-6)  masked mean pooling
     logit = W2 ReLU(W1 Dropout(z)) ...    Dropout(0.2) → d → d/2 → ReLU → Dropout(0.2) → 1
     p = sigmoid(logit)
@@ -52,13 +55,16 @@ class ClassifierConfig(TransformerConfig):
 
 def seed_classifier_config(vocab_size: int = 30_000, **overrides) -> ClassifierConfig:
     """The seed's classifier: d 256, max_len 256, 2 post-norm blocks of 4 heads, ReLU FFN 4d,
-    dropout 0.1, mean pooling, head Dropout 0.2 → d/2 → 1, PyTorch default initialisation.
+    dropout 0.1 (on the attention and FFN outputs and inside the FFN; not on the embeddings nor
+    the attention pattern, as in the seed's code), mean pooling, head Dropout 0.2 → d/2 → 1,
+    PyTorch default initialisation.
 
     ``overrides`` replace any field; the FFN width and the head's hidden width follow ``d_model``
     (4d and d/2) unless ``d_ff`` or ``head_hidden`` is given too."""
     d = overrides.get("d_model", 256)
     _positive_int(d, "d_model")
     base = dict(vocab_size=vocab_size, d_model=d, n_layers=2, n_heads=4, d_ff=4 * d, max_len=256, dropout=0.1,
+                attn_dropout=0.0, embed_dropout=0.0,
                 positional="learned", norm="post", activation="relu", causal=False, bias=True, mlp=True,
                 padding_idx=0, init="torch", head_hidden=max(1, d // 2), head_dropout=0.2, pooling="mean")
     base.update(overrides)

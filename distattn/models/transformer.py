@@ -63,7 +63,8 @@ class TransformerConfig:
     d_ff: int | None = None          # default 4 * d_model
     max_len: int = 256
     dropout: float = 0.1
-    attn_dropout: float | None = None  # default: dropout
+    attn_dropout: float | None = None  # on the attention pattern; default: dropout
+    embed_dropout: float | None = None  # on E[ids] + P; default: dropout
     positional: str = "learned"
     norm: str = "post"
     activation: str = "relu"
@@ -81,8 +82,9 @@ class TransformerConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         _probability(self.dropout, "dropout")
-        if self.attn_dropout is not None:
-            _probability(self.attn_dropout, "attn_dropout")
+        for name in ("attn_dropout", "embed_dropout"):
+            if getattr(self, name) is not None:
+                _probability(getattr(self, name), name)
         _choice(self.positional, "positional", POSITIONAL)
         _choice(self.norm, "norm", NORMS)
         _choice(self.activation, "activation", ACTIVATIONS)
@@ -190,7 +192,7 @@ class Transformer(nn.Module):
         c = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.padding_idx)
         self.pos = AbsolutePositions(c.positional, c.max_len, c.d_model) if c.positional in ADDITIVE else None
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = nn.Dropout(c.dropout if c.embed_dropout is None else c.embed_dropout)
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.n_layers))
         self.ln_f = nn.LayerNorm(c.d_model, bias=c.bias) if c.norm == "pre" else nn.Identity()
         self.hook_embed = HookPoint()
