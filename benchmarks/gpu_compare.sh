@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # One GPU check of `python -m distattn.compare --profile full` (run on the device machine):
 # environment, a smoke test of the compiled kernels there, then the full profile cold and warm.
-# Logs and the report land in $OUT. The IMDB archive is expected in .gpu/ (carried).
+# Logs and the report land in $OUT. The IMDB archive is expected in .gpu/ (carried). The stage
+# cache ($COMPARE_CACHE, default /tmp/dacache) is emptied first, so that the cold run is cold.
 set -o pipefail
-export PYTHONPATH=$PWD DISTATTN_DATA_DIR=$PWD/.gpu DISTATTN_CACHE_DIR=/tmp/dacache PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD DISTATTN_DATA_DIR=$PWD/.gpu DISTATTN_CACHE_DIR=${COMPARE_CACHE:-/tmp/dacache} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 COMPARE_RUNS=${COMPARE_RUNS:-/tmp/runs}
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$COMPARE_RUNS"
+# a warm device machine keeps /tmp between calls: an earlier call's stage cache would make this
+# call's "cold" run a warm one, and its run directories are older than this call's (the report
+# copied is the first one finished after this marker, never an earlier call's)
+rm -rf "$DISTATTN_CACHE_DIR"
+STARTED=$(mktemp)
 # seconds since $1 (python3, not bc: the device image need not have bc)
 since() { python3 -c "import sys, time; print(round(time.time() - float(sys.argv[1]), 2))" "$1"; }
 # the report, metrics and config of the first finished run (the cold one; the warm one when the
 # cold run was cut by the timeout and left a directory without a report)
 copy_report() {
-  local report
-  report=$(ls -tr "$COMPARE_RUNS"/imdb-*/report.html 2>/dev/null | head -1)
-  [ -n "$report" ] || { echo "no finished run under $COMPARE_RUNS: no report to copy"; return 1; }
+  local report r
+  while IFS= read -r r; do
+    [ "$r" -nt "$STARTED" ] && { report=$r; break; }
+  done < <(ls -tr "$COMPARE_RUNS"/imdb-*/report.html 2>/dev/null)
+  [ -n "$report" ] || { echo "no run of this call finished under $COMPARE_RUNS: no report to copy"; return 1; }
   cp "$(dirname "$report")"/{report.html,metrics.json,config.json} "$OUT"/ && echo "report of $(dirname "$report")"
 }
 python3 -c "import numba, llvmlite, torch; print('numba', numba.__version__, 'llvmlite', llvmlite.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))" 2>&1 | tee $OUT/env.txt

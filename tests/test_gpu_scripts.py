@@ -55,6 +55,10 @@ if args[:2] == ["-m", "pytest"]:
 if args[:2] == ["-m", "distattn.compare"]:
     runs = Path(args[args.index("--out") + 1])
     runs.mkdir(parents=True, exist_ok=True)
+    cache = Path(os.environ["DISTATTN_CACHE_DIR"])
+    print("stage cache:", "warm" if cache.is_dir() and any(cache.iterdir()) else "empty")
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / f"stage-{{len(list(cache.iterdir()))}}").write_text("cached")
     n = len(list(runs.glob("imdb-*")))
     run = runs / f"imdb-{{n}}"
     run.mkdir()
@@ -107,7 +111,7 @@ def test_gpu_compare_copies_the_report_of_the_first_finished_run(tmp_path, cold)
     """A cold run cut by its timeout leaves a run directory without a report: the warm run's
     report is copied instead (the script once copied from the cut directory and failed)."""
     env = _fake_bin(tmp_path)
-    env.update(COMPARE_RUNS=str(tmp_path / "runs"), FAKE_COLD=cold)
+    env.update(COMPARE_RUNS=str(tmp_path / "runs"), COMPARE_CACHE=str(tmp_path / "cache"), FAKE_COLD=cold)
     (tmp_path / "out").mkdir()                  # as on the device machine
     done = subprocess.run(["bash", "benchmarks/gpu_compare.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
@@ -138,3 +142,23 @@ def test_gpu_check_ensembles_its_rows_with_the_committed_nbsvm_probabilities(tmp
         args = json.loads(tar.extractfile("bench/ensemble_with_nbsvm.json").read())
     nbsvm = "benchmarks/results/cpu_nbsvm_imdb/probs_nbsvm.npz"
     assert args[1].endswith("bench/probs_F.npz") and nbsvm in args and (ROOT / nbsvm).is_file()
+
+
+def test_gpu_compare_run_again_on_a_warm_machine_is_cold_and_copies_its_own_report(tmp_path):
+    """The device machine keeps /tmp while it stays warm. A second call once found the first call's
+    stage cache (its "cold" run and wall time were a warm one's) and copied the oldest report under
+    COMPARE_RUNS: the first call's, not its own."""
+    env = _fake_bin(tmp_path)
+    env.update(COMPARE_RUNS=str(tmp_path / "runs"), COMPARE_CACHE=str(tmp_path / "cache"))
+    for call in (1, 2):
+        out = tmp_path / f"out{call}"
+        out.mkdir()
+        env["OUT"] = str(out)
+        done = subprocess.run(["bash", "benchmarks/gpu_compare.sh"], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        # each call runs the compare twice (cold, warm): the second call's are imdb-2 and imdb-3
+        want = f"imdb-{2 * (call - 1)}"
+        assert (out / "report.html").read_text() == want and (out / "config.json").read_text() == want
+        assert "stage cache: empty" in (out / "compare_cold.log").read_text()
+        assert "stage cache: warm" in (out / "compare_warm.log").read_text()
