@@ -102,8 +102,13 @@ def svd_vectors(data, d_model, smoke):
         raise ValueError("the prepared data hold no PPMI-SVD vectors; run benchmarks/prepare_imdb.py")
     if v.shape[1] < d_model and not smoke:
         raise ValueError(f"PPMI-SVD vectors have {v.shape[1]} dims but the model has d_model={d_model}")
-    # components come sorted by singular value: the leading d of a wider SVD are the rank-d SVD
-    v = v[:, :d_model]
+    # components come sorted by singular value: the leading d of a wider SVD are the rank-d SVD's
+    # U Σ^0.5, but prepare_imdb's rows were L2-normalised at the full width: normalised again here
+    # (all-zero rows stay zero), as SVDEmbeddings(dim=d_model) would give them
+    if v.shape[1] > d_model:
+        v = v[:, :d_model]
+        norms = np.linalg.norm(v, axis=1, keepdims=True)
+        v = np.divide(v, norms, out=np.zeros_like(v), where=norms > 0)
     return v
 
 
