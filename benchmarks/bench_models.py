@@ -179,7 +179,12 @@ def plain_lm_throughput(model, data: LMData, *, batch_size, steps, warmup, lr, d
     plain_mode(device)
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, foreach=False)
-    plan = epoch_plan(len(data), batch_size, epoch=0, seed=0)
+    plan, epoch = [], 0    # warmup + steps batches, over as many epochs as that takes (each timed step is counted)
+    while len(plan) < warmup + steps:
+        more = epoch_plan(len(data), batch_size, epoch=epoch, seed=0)
+        if not more:
+            raise ValueError(f"{len(data)} sequences make no batch of {batch_size}")
+        plan, epoch = plan + more, epoch + 1
     t = None
     for i, idx in enumerate(plan[: warmup + steps]):
         if i == warmup:
