@@ -21,9 +21,9 @@ import torch
 from distattn.train.data import _check_count, _check_special
 from distattn.train.tasks import tf32_matmuls
 
-__all__ = ["NextTokenScorer", "evaluate_lm", "PRECISIONS"]
+__all__ = ["NextTokenScorer", "evaluate_lm", "SCORING_PRECISIONS"]
 
-PRECISIONS = ("tf32", "fp32", "bf16")
+SCORING_PRECISIONS = ("tf32", "fp32", "bf16")
 
 
 class NextTokenScorer:
@@ -62,8 +62,8 @@ class NextTokenScorer:
         self.stride = max(1, self.max_len // 2) if stride is None else _check_count(stride, "stride")
         if not 1 <= self.stride <= self.max_len - 1 and self.max_len > 1:
             raise ValueError(f"stride must be in [1, max_len - 1 = {self.max_len - 1}]; got {self.stride}")
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}; got {precision!r}")
+        if precision not in SCORING_PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(map(repr, SCORING_PRECISIONS))}; got {precision!r}")
         self.batch_size, self.precision = _check_count(batch_size, "batch_size"), precision
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
 
