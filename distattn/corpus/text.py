@@ -56,12 +56,10 @@ class TextCorpus(Corpus):
         # size and mtime alone missed a rewrite whose mtime was restored (cp -p, rsync -t, tar,
         # os.utime); the change time cannot be set back, and any write or utime moves it
         stats = [p.stat() for p in files]
-        # a leading byte-order mark was once read as part of the first word: a file that has one
-        # gets its own cache entry, so tokens cached before that fix are not reused
-        bom = self.encoding == "utf-8" and any(_starts_with_bom(p) for p in files)
-        return {"corpus": "text", "path": str(self.path.resolve()), "kind": self.kind,
+        # reader 2: a leading UTF-8 byte-order mark is dropped (it was read as part of the first
+        # word), so tokens cached by reader 1 are not reused
+        return {"corpus": "text", "reader": 2, "path": str(self.path.resolve()), "kind": self.kind,
                 **({} if self.encoding == "utf-8" else {"encoding": self.encoding, "line_end": "lf"}),
-                **({"bom": "dropped"} if bom else {}),
                 "files": [(str(p.relative_to(self.path)) if self.kind == "dir" else p.name,
                            st.st_size, st.st_mtime_ns, st.st_ctime_ns) for p, st in zip(files, stats)]}
 
@@ -154,11 +152,6 @@ class TextCorpus(Corpus):
 
     def __repr__(self) -> str:
         return f"TextCorpus({str(self.path)!r}, kind={self.kind!r})"
-
-
-def _starts_with_bom(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8
 
 
 def _warn_inner_cr(path: Path, line: int) -> bool:

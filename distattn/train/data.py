@@ -53,8 +53,8 @@ def stream_checksum(*arrays: np.ndarray) -> str:
     data that differs in any token is refused. (It summed about 4 096 sampled ids, so data changed
     at unsampled positions resumed silently.) BLAKE2b runs at about 1 GB/s."""
     h = hashlib.blake2b(digest_size=16)
-    for a in arrays:                       # ids as int64: the same data held as int32 hashes the same
-        a = np.ascontiguousarray(a, dtype=np.int64 if np.issubdtype(np.asarray(a).dtype, np.integer) else None)
+    for a in arrays:                       # RaggedIds and the packed streams hold int32 ids whatever was given
+        a = np.ascontiguousarray(a)
         h.update(f"{a.dtype.str}{a.shape}".encode())
         h.update(memoryview(a).cast("B"))
     return h.hexdigest()
