@@ -10,7 +10,7 @@ from distattn.corpus.paper import load_paper_corpus
 from distattn.projection import (CorpusPositional, Head, combine_heads, context_matrix, corpus_position_matrix, cross_context_matrix,
                                  cross_vocabulary_evidence, directional_context_matrix, directional_factors,
                                  embedding_basis, factored_svd, multihead_context_matrices, multihead_evidence,
-                                 nmf_heads, positional_context_matrix, positional_distributions, row_normalize,
+                                 nmf_heads, positional_context_matrix, positional_distributions, row_normalize, softmax_rows,
                                  sinusoidal_encoding, sinusoidal_position_matrix, svd_heads, vocabulary_evidence)
 from distattn.stats import ppmi
 
@@ -300,6 +300,28 @@ def test_nmf_heads_are_non_negative_and_row_normalisable(sym_S):
     np.testing.assert_allclose(B.sum(1), 1.0)
     E = multihead_evidence([0, 5, 9, 12], heads, normalization="row")
     assert E.shape == (4, 30) and (E >= 0).all()
+
+
+def test_combine_heads_keeps_out_of_vocabulary_positions_out_of_the_attention(sym_S):
+    # an OOV position has a zero row and column in every M^(i); as a key it must get no weight
+    ids = np.array([0, 5, -1, 12])
+    known = ids >= 0
+    heads = nmf_heads(sym_S, n_heads=2, head_rank=3, max_iter=300)
+    Ms = multihead_context_matrices(ids, heads)
+    sub = np.ix_(np.flatnonzero(known), np.flatnonzero(known))
+    for method, one in (("mean_softmax", lambda M: softmax_rows(M, temperature=2.0)),
+                        ("mean_row", row_normalize)):
+        A = combine_heads(Ms, method, attention_temperature=2.0, known=known)
+        assert not A[2].any() and not A[:, 2].any()
+        np.testing.assert_allclose(A[known].sum(1), 1.0)
+        np.testing.assert_allclose(A[sub], np.mean([one(M[sub]) for M in Ms], axis=0))
+    S = combine_heads(Ms, "sum", known=known)
+    np.testing.assert_allclose(S, Ms.sum(0) * np.outer(known, known))
+    # all known: the mask changes nothing
+    np.testing.assert_array_equal(combine_heads(Ms[:, sub[0], sub[1]], "mean_softmax", known=np.ones(3, bool)),
+                                  combine_heads(Ms[:, sub[0], sub[1]], "mean_softmax"))
+    with pytest.raises(ValueError, match=r"known must be a boolean mask of shape \(4,\)"):
+        combine_heads(Ms, "mean_softmax", known=[1, 1, 0, 1])
 
 
 def test_multihead_errors(sym_S):

@@ -149,25 +149,46 @@ def multihead_context_matrices(token_ids, heads, *, unk_id: int | None = None) -
 
 
 def combine_heads(head_matrices, method: str = "sum", *, zero_rows: str = "uniform",
-                  attention_temperature: float = 1.0) -> np.ndarray:
+                  attention_temperature: float = 1.0, known=None) -> np.ndarray:
     """Recombine per-head matrices (n_heads, length, length) into one (length, length).
 
     See the module docstring for ``method`` ∈ {"sum", "mean_row", "mean_softmax"}.
+
+    known : bool array of shape (length,), optional
+        The in-vocabulary positions (``token_ids != unk_id`` for the ids given to
+        :func:`multihead_context_matrices`, whose rows and columns are zero at the others).
+        Rows and columns outside it are zero in the result, and the row normalisations run over
+        the known columns only, as :func:`multihead_evidence` does; without it an out-of-vocabulary
+        position is a key like any other (its zero score gets softmax weight).
     """
     _checks.choice(method, "method", HEAD_COMBINATIONS)
     _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)
     Ms = np.asarray(head_matrices, dtype=np.float64)
-    if Ms.ndim != 3 or Ms.shape[0] == 0:
+    if Ms.ndim != 3 or Ms.shape[0] == 0 or Ms.shape[1] != Ms.shape[2]:
         raise ValueError(f"head_matrices must have shape (n_heads, length, length) with n_heads >= 1; got {Ms.shape}")
     _checks.finite(Ms, "head_matrices")
+    if known is not None:
+        known = np.asarray(known)
+        if known.dtype != bool or known.shape != (Ms.shape[1],):
+            raise ValueError(f"known must be a boolean mask of shape ({Ms.shape[1]},); got dtype {known.dtype}, "
+                             f"shape {known.shape}")
+        if known.all():
+            known = None
     if method == "sum":
-        return Ms.sum(axis=0)
+        total = Ms.sum(axis=0)
+        return total if known is None else total * (known[:, None] & known[None, :])
     if method == "mean_row":
         if Ms.min() < -1e-12 * max(1.0, np.abs(Ms).max()):
             raise ValueError(f"method='mean_row' needs non-negative heads (e.g. nmf_heads); the minimum is "
                              f"{Ms.min()!r}. Use 'mean_softmax' or 'sum'")
-        return row_normalize(np.maximum(Ms, 0.0), zero_rows=zero_rows).mean(axis=0)
-    return softmax_rows(Ms, temperature=attention_temperature).mean(axis=0)
+        if known is None:
+            return row_normalize(np.maximum(Ms, 0.0), zero_rows=zero_rows).mean(axis=0)
+        return np.mean([attention_weights(np.maximum(M, 0.0), "row", zero_rows=zero_rows, known=known)
+                        for M in Ms], axis=0)
+    if known is None:
+        return softmax_rows(Ms, temperature=attention_temperature).mean(axis=0)
+    return np.mean([attention_weights(M, "softmax", attention_temperature=attention_temperature, known=known)
+                    for M in Ms], axis=0)
 
 
 def multihead_evidence(token_ids, heads, *, normalization: str = "none", zero_rows: str = "uniform",
