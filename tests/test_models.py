@@ -133,6 +133,25 @@ def test_capture_path_equals_fast_path(positional, causal):
             assert torch.all(torch.isneginf(scores[1, :, :, 6:]))
 
 
+@pytest.mark.parametrize("positional", ["learned", "relative"])
+def test_capture_under_bf16_autocast_is_float32(positional):
+    # under autocast the captured scores and pattern were rounded to bf16 (rows summing to 1 ± 1e-2);
+    # they are computed in float32 from the (bf16) queries and keys instead
+    torch.manual_seed(0)
+    m = tiny_classifier(positional=positional).eval()
+    ids, mask = batch()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out, cache = m(ids, mask, capture=True)
+        fast = m(ids, mask)
+    assert torch.allclose(out.float(), fast.float(), atol=5e-2)
+    for layer in range(2):
+        pattern = cache[f"trunk.blocks.{layer}.attn.hook_pattern"]
+        scores = cache[f"trunk.blocks.{layer}.attn.hook_scores"]
+        assert pattern.dtype == scores.dtype == torch.float32
+        assert torch.allclose(pattern.sum(-1), torch.ones(3, 4, 10), atol=1e-6)
+        np.testing.assert_allclose(pattern.numpy(), torch.softmax(scores, -1).numpy(), atol=1e-6)
+
+
 def test_unused_capture_costs_nothing(monkeypatch):
     calls = []
     real = attention_module.F.scaled_dot_product_attention

@@ -12,6 +12,7 @@ Both paths compute the same function (tests pin them to each other).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 
@@ -23,6 +24,13 @@ from distattn.models.hooks import HookPoint
 from distattn.models.positional import POSITIONAL, RelativePositions, Rotary
 
 __all__ = ["MultiHeadSelfAttention"]
+
+
+def _autocast_off(device_type: str):
+    """A context in which autocast does not lower the precision of matmuls on ``device_type``."""
+    if device_type in ("cuda", "cpu", "mps", "xpu"):
+        return torch.autocast(device_type=device_type, enabled=False)
+    return contextlib.nullcontext()
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -120,15 +128,18 @@ class MultiHeadSelfAttention(nn.Module):
                     bias = bias.masked_fill(~allowed, float("-inf"))
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p)
             else:
-                scores = torch.matmul(q, k.transpose(-2, -1)) * scale
-                if bias is not None:
-                    scores = scores + bias
-                if allowed is not None:
-                    scores = scores.masked_fill(~allowed, float("-inf"))
-                scores = self.hook_scores(scores)
-                pattern = torch.softmax(scores.float(), dim=-1)
-                if key_mask is not None:      # a query with no key to attend: zeros, as the fused kernel gives (not NaN)
-                    pattern = pattern.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
-                pattern = self.hook_pattern(pattern.to(v.dtype))
-                y = torch.matmul(F.dropout(pattern, dropout_p, self.training), v)
+                # scores and pattern in float32 even under bf16/fp16 autocast, so that what the hooks
+                # capture is not rounded to 8 bits of mantissa (a bf16 pattern's rows sum to 1 ± 1e-2)
+                with _autocast_off(x.device.type):
+                    scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale
+                    if bias is not None:
+                        scores = scores + bias.float()
+                    if allowed is not None:
+                        scores = scores.masked_fill(~allowed, float("-inf"))
+                    scores = self.hook_scores(scores)
+                    pattern = torch.softmax(scores.float(), dim=-1)
+                    if key_mask is not None:  # a query with no key to attend: zeros, as the fused kernel gives (not NaN)
+                        pattern = pattern.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
+                    pattern = self.hook_pattern(pattern)
+                y = torch.matmul(F.dropout(pattern, dropout_p, self.training).to(v.dtype), v)
         return self.out(y.transpose(1, 2).reshape(B, T, self.d_model))
