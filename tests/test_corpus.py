@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from distattn.corpus import (Document, EmptyCorpusError, RaggedIds, RegexTokenizer, TextCorpus,
                              UnknownCorpusError, Vocabulary, available_corpora, get_corpus, tokenize_corpus)
-from distattn.corpus.tokenize import tokenize_to_bytes
+from distattn.corpus.tokenize import tokenize_to_bytes, unicode_tokenizer
 
 
 class ListCorpus:
@@ -48,6 +48,16 @@ def test_bytes_fast_path_equals_str_path_for_whitespace_patterns(text, pattern):
     # .txt corpus (bytes) and the same text as .jsonl (str) were tokenized differently
     tok = RegexTokenizer(pattern=pattern)
     assert tokenize_to_bytes(tok, text.encode("utf-8")) == [t.encode() for t in tok(text)]
+
+
+def test_a_whitespace_pattern_gets_a_new_cache_key_and_the_others_keep_theirs():
+    # tokenized caches written before the fast-path fix above hold the old tokens for \s/\S
+    # patterns; their key must differ. The default and the Unicode patterns are unaffected.
+    for pattern in (r"\S+", r"[^\s.]+"):
+        assert RegexTokenizer(pattern=pattern).config() == {"kind": "regex", "pattern": pattern, "lowercase": True,
+                                                            "strip": ["<br />"], "separators": 2}
+    for tok in (RegexTokenizer(), unicode_tokenizer(), RegexTokenizer(pattern=r"\w+")):
+        assert "separators" not in tok.config()
 
 
 @pytest.mark.parametrize("pattern", [r"[a-z\u00e0-\u00ff]+", r"(?:[a-z]|\N{LATIN SMALL LETTER E WITH ACUTE})+",

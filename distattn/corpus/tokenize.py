@@ -70,8 +70,11 @@ class RegexTokenizer:
         self._check_separators = self._bre is not None and ("\\s" in pattern or "\\S" in pattern)
 
     def config(self) -> dict:
+        # a pattern with \s or \S tokenized text holding \x1c-\x1f differently before the bytes fast
+        # path fell back to str for it: such a pattern's cache key carries the fixed path's version
+        separators = {"separators": 2} if ("\\s" in self.pattern or "\\S" in self.pattern) else {}
         return {"kind": "regex", "pattern": self.pattern, "lowercase": self.lowercase,
-                "strip": list(self.strip), **_subclass(self, RegexTokenizer)}
+                "strip": list(self.strip), **separators, **_subclass(self, RegexTokenizer)}
 
     def __repr__(self) -> str:
         return f"RegexTokenizer(pattern={self.pattern!r}, lowercase={self.lowercase}, strip={self.strip!r})"
