@@ -492,3 +492,24 @@ def test_an_interrupt_under_no_cache_does_not_promise_a_resume(tmp_path, capsys,
     monkeypatch.setattr(run_mod, "paper_reproduction", interrupted)
     code, out, err = run_cli(["--corpus", "paper", "--out", str(tmp_path), "-q", "--no-cache"], capsys)
     assert code == 130 and "resumes from its last checkpoint" not in err and "--no-cache" in err
+
+
+def test_projection_rows_cached_on_one_device_are_not_served_to_another(tmp_path):
+    # the projection stage's key held no device, so rows scored on the CPU were reported for a GPU run
+    import json
+    from types import SimpleNamespace
+
+    import torch
+
+    from distattn.compare.stages import stage_dir, stage_projection
+    data, stats = SimpleNamespace(key="d0"), SimpleNamespace(key="s0")
+    sizes = SimpleNamespace(asym_rank=4, heads=(2, 2))
+    material = {"data": "d0", "stats": "s0", "asym_rank": 4, "heads": [2, 2]}
+    cpu_dir, _ = stage_dir("projection", {**material, "device": "cpu"})
+    cpu_dir.mkdir(parents=True)
+    (cpu_dir / "rows.json").write_text(json.dumps([{"key": "raw", "perplexity": 1.0}]))
+    assert stage_projection(data, stats, sizes, torch.device("cpu")) == [{"key": "raw", "perplexity": 1.0}]
+    # another device misses the cache and computes its own rows (here it gets as far as the
+    # placeholder data, which has no vocabulary)
+    with pytest.raises(AttributeError, match="vocab"):
+        stage_projection(data, stats, sizes, torch.device("meta"))

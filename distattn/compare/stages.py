@@ -250,8 +250,9 @@ PROJECTION_ROWS = [
 def stage_projection(data: Data, stats: Stats, sizes, device, cache: bool = True, progress=None) -> list[dict]:
     """Next-token rows for the n-gram baselines and the projection variants (τ fitted on the
     validation docs, evaluated on the test docs)."""
+    # the device is in the key, as in the model stages: a GPU scores in other batches and precision
     d, _ = stage_dir("projection", {"data": data.key, "stats": stats.key, "asym_rank": sizes.asym_rank,
-                                    "heads": list(sizes.heads)})
+                                    "heads": list(sizes.heads), "device": device.type})
     if cache and (d / "rows.json").exists():
         return json.loads((d / "rows.json").read_text())
     import torch
