@@ -63,6 +63,17 @@ def finite(values, name: str) -> None:
         raise ValueError(f"{name} must be finite; it holds NaN or inf")
 
 
+def known_mask(known, length: int) -> np.ndarray | None:
+    """A boolean in-vocabulary mask of shape (length,), or None when it is absent or all True."""
+    if known is None:
+        return None
+    known = np.asarray(known)
+    if known.dtype != bool or known.shape != (length,):
+        raise ValueError(f"known must be a boolean mask of shape ({length},); got dtype {known.dtype}, "
+                         f"shape {known.shape}")
+    return None if known.all() else known
+
+
 def positive_int(value, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")

@@ -214,14 +214,10 @@ def attention_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: 
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ValueError(f"M must be square (length, length); got shape {M.shape}")
     _checks.finite(M, "M")
-    if known is not None:
-        known = np.asarray(known)
-        if known.dtype != bool or known.shape != (M.shape[0],):
-            raise ValueError(f"known must be a boolean mask of shape ({M.shape[0]},); got dtype {known.dtype}, "
-                             f"shape {known.shape}")
+    known = _checks.known_mask(known, M.shape[0])
     if normalization == "none":
-        return M if known is None or known.all() else M * (known[:, None] & known[None, :])
-    if known is None or known.all():
+        return M if known is None else M * (known[:, None] & known[None, :])
+    if known is None:
         if normalization == "row":
             return row_normalize(M, zero_rows=zero_rows)
         return softmax_rows(M, temperature=attention_temperature)

@@ -167,13 +167,7 @@ def combine_heads(head_matrices, method: str = "sum", *, zero_rows: str = "unifo
     if Ms.ndim != 3 or Ms.shape[0] == 0 or Ms.shape[1] != Ms.shape[2]:
         raise ValueError(f"head_matrices must have shape (n_heads, length, length) with n_heads >= 1; got {Ms.shape}")
     _checks.finite(Ms, "head_matrices")
-    if known is not None:
-        known = np.asarray(known)
-        if known.dtype != bool or known.shape != (Ms.shape[1],):
-            raise ValueError(f"known must be a boolean mask of shape ({Ms.shape[1]},); got dtype {known.dtype}, "
-                             f"shape {known.shape}")
-        if known.all():
-            known = None
+    known = _checks.known_mask(known, Ms.shape[1])
     if method == "sum":
         total = Ms.sum(axis=0)
         return total if known is None else total * (known[:, None] & known[None, :])
