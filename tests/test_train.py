@@ -671,3 +671,37 @@ def test_ddp_ranks_stop_together_when_one_rank_diverges(tmp_path):
     assert (tmp_path / "rank0.err").read_text().startswith("the training loss became non-finite on another rank")
     assert not (tmp_path / "run" / "checkpoint.pt").exists()           # nothing saved after the NaN step
     assert not (tmp_path / "run" / "metrics.json").exists()
+
+
+DDP_LOSS_SCRIPT = textwrap.dedent("""
+    import sys, json, numpy as np, torch
+    torch.set_num_threads(1)
+    from distattn.models import TransformerClassifier, seed_classifier_config
+    from distattn.train import ClassificationData, ClassificationTask, Trainer, TrainConfig, seed_everything
+    out = sys.argv[1]
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(2, 30, rng.integers(3, 14)) for _ in range(32)]
+    y = np.array([int((d < 15).mean() > 0.5) for d in docs])
+    seed_everything(0)
+    model = TransformerClassifier(seed_classifier_config(vocab_size=30, d_model=16, d_ff=32, n_heads=2, head_hidden=8,
+                                                         max_len=16, dropout=0.0, head_dropout=0.0))
+    cfg = TrainConfig(epochs=2, batch_size=8, lr=3e-3, checkpoint_every=3, device="cpu", progress=False, quiet=True)
+    Trainer(model, ClassificationTask(ClassificationData(docs, y, max_len=16)), cfg, out_dir=out).fit()
+""")
+
+
+def test_ddp_train_loss_is_the_mean_over_all_ranks(tmp_path):
+    """metrics.json's train_loss under DDP once held rank 0's half of each global batch only."""
+    script = tmp_path / "loss_ddp.py"
+    script.write_text(DDP_LOSS_SCRIPT)
+    env = _run_env()
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        str(script), str(tmp_path / "ddp")], env=env, timeout=180, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    env1 = {k: v for k, v in env.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    subprocess.run([sys.executable, str(script), str(tmp_path / "one")], env=env1, check=True, timeout=120,
+                   capture_output=True)
+    ddp, one = _history(tmp_path / "ddp"), _history(tmp_path / "one")
+    assert len(ddp) == len(one) == 2
+    for a, b in zip(ddp, one):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)

@@ -408,18 +408,21 @@ class Trainer:
             nonlocal run_loss
             value = float(run_loss)       # the sync this flush always had; no per-step check is added
             diverged = not math.isfinite(value)
+            mean = value
             if world > 1:                 # every rank flushes here: they stop together (one rank's NaN
-                flag = torch.tensor([float(diverged)],     # step poisons all weights through the all-reduce)
+                # step poisons all weights through the all-reduce), and the loss recorded is the mean over
+                # the ranks (it was rank 0's share of each global batch alone)
+                both = torch.tensor([float(diverged), 0.0 if diverged else value], dtype=torch.float64,
                                     device=device if dist.get_backend() == "nccl" else "cpu")
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                diverged = bool(flag.item())
+                dist.all_reduce(both, op=dist.ReduceOp.SUM)
+                diverged, mean = bool(both[0].item() > 0), both[1].item() / world
             if diverged:                  # refuse before a checkpoint or metrics.json records NaN weights
                 raise FloatingPointError(
                     f"the training loss became {value if not math.isfinite(value) else 'non-finite on another rank'} "
                     f"by step {state.step} (epoch {state.epoch + 1}); nothing was "
                     f"saved since the last checkpoint. Lower lr (now {cfg.lr!r}), set grad_clip (now "
                     f"{cfg.grad_clip!r}) or check the inputs")
-            state.loss_sum += value
+            state.loss_sum += mean
             run_loss = torch.zeros((), device=device)
 
         while state.step < total:
