@@ -705,3 +705,26 @@ def test_ddp_train_loss_is_the_mean_over_all_ranks(tmp_path):
     assert len(ddp) == len(one) == 2
     for a, b in zip(ddp, one):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
+
+
+def test_a_cpu_run_under_torchrun_on_a_gpu_host_joins_over_gloo(monkeypatch):
+    """device='cpu' under torchrun on a machine with CUDA once joined an nccl group, which carries no CPU
+    tensors: DDP's first broadcast failed ("No backend type associated with device type cpu")."""
+    import torch.distributed as dist
+
+    class Joined(Exception):
+        pass
+
+    def init_process_group(backend=None, **kw):
+        raise Joined(backend)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: None)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", init_process_group)
+    docs, y = toy_docs(16)
+    task = ClassificationTask(ClassificationData(docs, y, max_len=16))
+    with pytest.raises(Joined) as joined:
+        Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=8)).fit()
+    assert joined.value.args == ("gloo",)

@@ -170,14 +170,16 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def setup_distributed() -> tuple[int, int, int]:
-    """``(rank, world_size, local_rank)``; joins the process group when launched with WORLD_SIZE > 1."""
+def setup_distributed(device: str = "auto") -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)``; joins the process group when launched with WORLD_SIZE > 1:
+    nccl when the run is on CUDA, gloo otherwise (``device="cpu"`` on a machine with CUDA too)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return 0, 1, 0
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        on_cuda = torch.cuda.is_available() and (device == "auto" or str(device).startswith("cuda"))
+        backend = "nccl" if on_cuda else "gloo"     # nccl carries no CPU tensors
         if backend == "nccl":
             torch.cuda.set_device(local_rank)
         dist.init_process_group(backend)
@@ -357,7 +359,7 @@ class Trainer:
 
     def _fit(self) -> dict:
         cfg, task = self.config, self.task
-        rank, world, local_rank = setup_distributed()
+        rank, world, local_rank = setup_distributed(cfg.device)
         device = pick_device(cfg.device, local_rank)
         bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
         autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
