@@ -728,3 +728,17 @@ def test_a_cpu_run_under_torchrun_on_a_gpu_host_joins_over_gloo(monkeypatch):
     with pytest.raises(Joined) as joined:
         Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=8)).fit()
     assert joined.value.args == ("gloo",)
+
+
+def test_numpy_integers_are_accepted_by_train_config_and_classification_data(tmp_path):
+    """max_len=lengths.max() or batch_size=np.int64(8) were refused as 'must be an integer >= 1'."""
+    docs, y = toy_docs(16)
+    lengths = np.array([len(d) for d in docs])
+    data = ClassificationData(docs, y, max_len=lengths.max(), pad_multiple=np.int64(2))
+    assert data.max_len == lengths.max() and type(data.max_len) is int
+    cfg = quiet(epochs=np.int64(2), batch_size=np.int64(8), warmup_steps=np.int64(1), max_steps=np.int64(3),
+                log_every=np.int32(5), seed=np.int64(0))
+    out = Trainer(tiny_classifier(), ClassificationTask(data), cfg, out_dir=tmp_path).fit()
+    assert out["summary"]["steps"] == 3
+    saved = json.loads((tmp_path / "metrics.json").read_text())["train_config"]
+    assert saved["batch_size"] == 8 and saved["max_steps"] == 3

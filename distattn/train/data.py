@@ -170,7 +170,7 @@ class ClassificationData:
                              f"or 1 (unlabelled documents, label -1, cannot be used)")
         if truncation not in TRUNCATIONS:
             raise ValueError(f"truncation must be one of {TRUNCATIONS}; got {truncation!r}")
-        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        if isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral) or max_len < 1:
             raise ValueError(f"max_len must be an integer >= 1; got {max_len!r}")
         lengths = self.docs.lengths
         if truncation == "error" and len(lengths) and lengths.max() > max_len:
@@ -178,13 +178,14 @@ class ClassificationData:
             raise ValueError(f"document {i} has {lengths[i]} tokens, longer than max_len={max_len}; use "
                              f"truncation='head' or 'head+tail', or a larger max_len")
         _check_ids(self.docs.ids, vocab_size, "documents")
-        if isinstance(pad_multiple, bool) or not isinstance(pad_multiple, int) or pad_multiple < 1:
+        if isinstance(pad_multiple, bool) or not isinstance(pad_multiple, numbers.Integral) or pad_multiple < 1:
             raise ValueError(f"pad_multiple must be an integer >= 1; got {pad_multiple!r}")
         if (isinstance(head_fraction, bool) or not isinstance(head_fraction, numbers.Real)
                 or not 0.0 <= head_fraction <= 1.0):
             raise ValueError(f"head_fraction must be a number in [0, 1] (the share of max_len kept from the start "
                              f"with truncation='head+tail'); got {head_fraction!r}")
         _check_special(pad_id, "pad_id", vocab_size)
+        max_len, pad_multiple = int(max_len), int(pad_multiple)          # np.int64 (lengths.max()) is fine
         self.max_len, self.truncation, self.pad_id, self.pad_multiple = max_len, truncation, pad_id, pad_multiple
         self.head = max(1, int(round(head_fraction * max_len))) if truncation == "head+tail" else max_len
         self.lengths = np.minimum(lengths, max_len)

@@ -86,17 +86,17 @@ class TrainConfig:
     quiet: bool = False                  # neither bar nor epoch lines
 
     def validate(self) -> "TrainConfig":
-        for name in ("epochs", "batch_size", "log_every"):
+        for name, low in (("epochs", 1), ("batch_size", 1), ("log_every", 1), ("warmup_steps", 0),
+                          ("checkpoint_every", 0), ("seed", 0)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
-        for name in ("warmup_steps", "checkpoint_every", "seed"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name} must be an integer >= 0; got {v!r}")
-        if self.max_steps is not None and (isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int)
-                                           or self.max_steps < 1):
-            raise ValueError(f"max_steps must be None or an integer >= 1; got {self.max_steps!r}")
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
+                raise ValueError(f"{name} must be an integer >= {low}; got {v!r}")
+            setattr(self, name, int(v))          # np.int64 is an integer too; metrics.json needs a Python int
+        if self.max_steps is not None:
+            v = self.max_steps
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                raise ValueError(f"max_steps must be None or an integer >= 1; got {v!r}")
+            self.max_steps = int(v)
         betas = self.betas
         if (not isinstance(betas, (tuple, list)) or len(betas) != 2
                 or not all(isinstance(b, numbers.Real) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in betas)):
