@@ -742,3 +742,15 @@ def test_numpy_integers_are_accepted_by_train_config_and_classification_data(tmp
     assert out["summary"]["steps"] == 3
     saved = json.loads((tmp_path / "metrics.json").read_text())["train_config"]
     assert saved["batch_size"] == 8 and saved["max_steps"] == 3
+
+
+def test_numpy_floats_in_train_config_reach_metrics_json(tmp_path):
+    """lr=np.float32(...) passed validate(), trained an epoch, then failed writing metrics.json
+    ('Object of type float32 is not JSON serializable'), and again at each resume."""
+    docs, y = toy_docs(16)
+    f = np.float32
+    cfg = quiet(epochs=1, batch_size=8, lr=f(1e-3), weight_decay=f(0.01), eps=f(1e-8), betas=(f(0.9), f(0.95)),
+                min_lr_ratio=f(0.1), grad_clip=f(1.0), tf32=np.True_)
+    Trainer(tiny_classifier(), ClassificationTask(ClassificationData(docs, y, max_len=16)), cfg, out_dir=tmp_path).fit()
+    saved = json.loads((tmp_path / "metrics.json").read_text())["train_config"]
+    assert saved["lr"] == pytest.approx(1e-3) and saved["betas"] == pytest.approx([0.9, 0.95])

@@ -112,9 +112,16 @@ class TrainConfig:
             raise ValueError(f"grad_clip must be None or a number > 0; got {self.grad_clip!r}")
         if not (real(self.min_lr_ratio) and 0.0 <= self.min_lr_ratio <= 1.0):
             raise ValueError(f"min_lr_ratio must be a number in [0, 1]; got {self.min_lr_ratio!r}")
+        # numpy scalars pass these checks; Python floats go on (AdamW refused np.float32 betas, and
+        # metrics.json could not hold np.float32 after an epoch's training)
+        self.betas = tuple(float(b) for b in betas)
+        self.eps, self.lr, self.weight_decay = float(self.eps), float(self.lr), float(self.weight_decay)
+        self.min_lr_ratio = float(self.min_lr_ratio)
+        self.grad_clip = None if self.grad_clip is None else float(self.grad_clip)
         for name in ("tf32", "fused", "resume", "save_best", "progress", "quiet"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):     # resume="no" was truthy: it resumed
                 raise ValueError(f"{name} must be True or False; got {getattr(self, name)!r}")
+            setattr(self, name, bool(getattr(self, name)))
         if self.save_best and self.select_on is None:
             raise ValueError("save_best=True needs select_on='set/metric' (e.g. 'val/accuracy') to know which "
                              "epoch is best; without it no best.pt was written")
