@@ -754,3 +754,12 @@ def test_numpy_floats_in_train_config_reach_metrics_json(tmp_path):
     Trainer(tiny_classifier(), ClassificationTask(ClassificationData(docs, y, max_len=16)), cfg, out_dir=tmp_path).fit()
     saved = json.loads((tmp_path / "metrics.json").read_text())["train_config"]
     assert saved["lr"] == pytest.approx(1e-3) and saved["betas"] == pytest.approx([0.9, 0.95])
+
+
+def test_a_model_file_in_place_of_the_checkpoint_is_refused_by_name(tmp_path):
+    """A save_model file named checkpoint.pt (same format number, no fingerprint) failed with KeyError: 'fingerprint'."""
+    docs, y = toy_docs(16)
+    save_model(tiny_classifier(), tmp_path / "checkpoint.pt")
+    task = ClassificationTask(ClassificationData(docs, y, max_len=16))
+    with pytest.raises(CheckpointMismatchError, match="is not a distattn training checkpoint"):
+        Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=8), out_dir=tmp_path).fit()

@@ -387,8 +387,9 @@ class Trainer:
         ckpt_path = None if self.out_dir is None else self.out_dir / "checkpoint.pt"
         if cfg.resume and ckpt_path is not None and ckpt_path.exists():
             ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-            if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-                raise CheckpointMismatchError(f"{ckpt_path} is not a distattn checkpoint of format {CHECKPOINT_FORMAT}")
+            if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or "fingerprint" not in ckpt:
+                raise CheckpointMismatchError(f"{ckpt_path} is not a distattn training checkpoint of format "
+                                              f"{CHECKPOINT_FORMAT} (a save_model file has no training state)")
             check_fingerprint(_without_runtime(ckpt["fingerprint"]), self.fingerprint(), ckpt_path)
             raw.load_state_dict(ckpt["model"])
             opt.load_state_dict(ckpt["optimizer"])
