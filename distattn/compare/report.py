@@ -40,11 +40,11 @@ def _fmt(x, nd=4):
     return html.escape(str(x))
 
 
-def _table(headers, rows, best=None) -> str:
+def _table(headers, rows, best=None, nd=4) -> str:
     out = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr>"]
     for i, r in enumerate(rows):
         cls = ' class="best"' if best is not None and i == best else ""
-        out.append(f"<tr{cls}>" + "".join(f"<td>{c if isinstance(c, str) and c.startswith('<') else _fmt(c)}</td>"
+        out.append(f"<tr{cls}>" + "".join(f"<td>{c if isinstance(c, str) and c.startswith('<') else _fmt(c, nd)}</td>"
                                           for c in r) + "</tr>")
     return "".join(out) + "</table>"
 
@@ -172,9 +172,12 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
         parts.append("<h2>The paper's bank/river examples (003_8065cadafb1b3474.txt §2.5, §3.2)</h2>")
         for name, ex in paper.items():
             seq = " ".join(ex["sequence"])
+            # the paper's digits (Norm(M) to 2 places, e_global to 1): metrics.json holds them
+            # rounded to 3 and 2 places, so a 4th place would be a padded zero, not the value's
             parts.append(f"<h3>“{html.escape(seq)}” → prediction <b>{html.escape(ex['prediction'])}</b></h3>"
-                         + _table(["", *ex["sequence"]], [[w, *row] for w, row in zip(ex["sequence"], ex["norm_M"])])
-                         + _table(["e_global", *ex["vocabulary"]], [["", *ex["e_global"]]])
+                         + _table(["", *ex["sequence"]], [[w, *row] for w, row in zip(ex["sequence"], ex["norm_M"])],
+                                  nd=2)
+                         + _table(["e_global", *ex["vocabulary"]], [["", *ex["e_global"]]], nd=1)
                          + _img(fig / f"paper_{seq.replace(' ', '_')}.png", f"Norm(M) for “{seq}”"))
     t = metrics["timings_s"]
     parts.append("<h2>Run</h2>" + _table(["stage", "seconds"], [[k, v] for k, v in t.items()])

@@ -1,0 +1,34 @@
+"""What report.html and the terminal table show: the numbers the run computed, with the digits
+they have, and user text escaped."""
+import json
+import re
+
+from distattn.compare.__main__ import main
+
+
+def _paper_report(tmp_path, capsys):
+    assert main(["--corpus", "paper", "--out", str(tmp_path), "-q"]) == 0
+    capsys.readouterr()
+    run_dir = next(tmp_path.iterdir())
+    return (run_dir / "report.html").read_text(), json.loads((run_dir / "metrics.json").read_text())
+
+
+def _rows(html: str, header: str) -> list[list[str]]:
+    """The body cells of the first table whose header row starts with ``header``."""
+    table = html[html.index(f"<table><tr><th>{header}</th>"):]
+    table = table[:table.index("</table>")]
+    return [re.findall(r"<td>(.*?)</td>", r) for r in table.split("</tr>")[1:] if "<td>" in r]
+
+
+def test_paper_examples_show_the_papers_digits_not_padded_rounded_ones(tmp_path, capsys):
+    """Norm(M), rounded to 3 places in metrics.json, was printed with 4 (0.4440 for 4/9 = 0.4444),
+    and e_global, rounded to 2, as 22.6700 for 68/3: digits that are neither the value nor the
+    paper's (003 §2.5: 0.44 0.56 / 0.57 0.43 / 0.62 0.38; §3.2: 22.7 20.0 14.0 11.7 22.0 40.3 9.3)."""
+    html, _ = _paper_report(tmp_path, capsys)
+    river = html[html.index("“river bank flooded”"):html.index("“bank loan”")]
+    assert _rows(river, "") == [["river", "0.00", "0.44", "0.56"], ["bank", "0.57", "0.00", "0.43"],
+                                ["flooded", "0.62", "0.38", "0.00"]]
+    assert _rows(river, "e_global") == [["", "22.7", "20.0", "14.0", "11.7", "22.0", "40.3", "9.3"]]
+    loan = html[html.index("“bank loan”"):]
+    assert _rows(loan, "") == [["bank", "0.00", "1.00"], ["loan", "1.00", "0.00"]]
+    assert _rows(loan, "e_global") == [["", "12.0", "18.0", "18.0", "36.0", "9.0", "15.0", "18.0"]]
