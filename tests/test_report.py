@@ -32,3 +32,13 @@ def test_paper_examples_show_the_papers_digits_not_padded_rounded_ones(tmp_path,
     loan = html[html.index("“bank loan”"):]
     assert _rows(loan, "") == [["bank", "0.00", "1.00"], ["loan", "1.00", "0.00"]]
     assert _rows(loan, "e_global") == [["", "12.0", "18.0", "18.0", "36.0", "9.0", "15.0", "18.0"]]
+
+
+def test_a_cell_that_starts_with_a_tag_is_escaped_like_any_other():
+    """_table passed any string cell beginning with "<" through as HTML: a sense community whose
+    largest-share word was "<img ...>" was written into the page unescaped (the same word later in
+    the list was escaped)."""
+    from distattn.compare.report import _senses
+    html = _senses({"word": "bank", "communities": [["<img src=x onerror=alert(1)>", "river"], ["money"]],
+                    "share": [0.75, 0.25], "modularity": 0.3})
+    assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;, river" in html

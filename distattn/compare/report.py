@@ -44,7 +44,7 @@ def _table(headers, rows, best=None, nd=4) -> str:
     out = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr>"]
     for i, r in enumerate(rows):
         cls = ' class="best"' if best is not None and i == best else ""
-        out.append(f"<tr{cls}>" + "".join(f"<td>{c if isinstance(c, str) and c.startswith('<') else _fmt(c, nd)}</td>"
+        out.append(f"<tr{cls}>" + "".join(f"<td>{_fmt(c, nd)}</td>"
                                           for c in r) + "</tr>")
     return "".join(out) + "</table>"
 
