@@ -42,3 +42,25 @@ def test_a_cell_that_starts_with_a_tag_is_escaped_like_any_other():
     html = _senses({"word": "bank", "communities": [["<img src=x onerror=alert(1)>", "river"], ["money"]],
                     "share": [0.75, 0.25], "modularity": 0.3})
     assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;, river" in html
+
+
+def _env(corpus: str) -> dict:
+    return {"config": {"corpus": corpus}, "profile": "quick", "device": "cpu", "seed": 0,
+            "versions": {"distattn": "0"}, "git_hash": None, "command": "python -m distattn.compare"}
+
+
+def _row(model, family, perplexity, top1=0.1, top10=0.5, temperature=None):
+    return {"key": model, "model": model, "family": family, "temperature": temperature, "perplexity": perplexity,
+            "top1": top1, "top10": top10, "positions": 390, "seconds": 1.0}
+
+
+def test_next_token_note_names_the_corpus_documents(tmp_path):
+    """The next-token section said τ was fitted on "held-out validation reviews" for any corpus;
+    a text corpus has documents (as every other sentence of the report and run.py says)."""
+    from distattn.compare.report import write_report
+    nt = [_row("unigram (add-1)", "ngram", 31.3), _row("PPMI + Norm", "projection", 28.3, temperature=0.21)]
+    for corpus, kind in (("text", "documents"), ("imdb", "reviews")):
+        (tmp_path / corpus).mkdir()
+        metrics = {"timings_s": {"total": 1.0}, "data": {"corpus": corpus, "documents": 90}, "next_token": nt}
+        html = write_report(tmp_path / corpus, _env(corpus), metrics).read_text()
+        assert f"held-out validation {kind} for the projection rows" in html

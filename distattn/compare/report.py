@@ -112,9 +112,10 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
     nt = metrics.get("next_token", [])
     if nt:
         best = min(range(len(nt)), key=lambda i: nt[i]["perplexity"] if nt[i]["perplexity"] is not None else 1e300)
+        kind = "reviews" if env["config"]["corpus"] == "imdb" else "documents"
         parts.append("<h2>Next-token prediction: n-grams, projections, language models</h2>"
                      "<p class='muted'>Same test positions for every row (targets that are out of vocabulary "
-                     "are skipped); τ fitted on held-out validation reviews for the projection rows.</p>"
+                     f"are skipped); τ fitted on held-out validation {kind} for the projection rows.</p>"
                      + _table(["model", "family", "τ", "perplexity", "top-1", "top-10", "positions", "seconds"],
                               [[r["model"], r["family"], r.get("temperature"), r["perplexity"], r["top1"], r["top10"],
                                 r.get("positions"), r.get("seconds")] for r in nt], best=best))
