@@ -64,3 +64,15 @@ def test_next_token_note_names_the_corpus_documents(tmp_path):
         metrics = {"timings_s": {"total": 1.0}, "data": {"corpus": corpus, "documents": 90}, "next_token": nt}
         html = write_report(tmp_path / corpus, _env(corpus), metrics).read_text()
         assert f"held-out validation {kind} for the projection rows" in html
+
+
+def test_bank_senses_are_shown_without_models(tmp_path):
+    """The PPMI sense communities of "bank" need no model and are computed under --no-models, but
+    the report wrote them only inside the graphs-and-kernels section, which needs a trained LM:
+    a --no-models run kept them in metrics.json and left them out of report.html."""
+    from distattn.compare.report import write_report
+    senses = {"word": "bank", "communities": [["river", "shore"], ["money", "loan"]], "share": [0.4, 0.6],
+              "modularity": 0.25}
+    metrics = {"timings_s": {"total": 1.0}, "analysis": {"bank_senses": senses}}
+    html = write_report(tmp_path, _env("imdb"), metrics).read_text()
+    assert "Senses of <b>bank</b>" in html and "money, loan" in html and "river, shore" in html

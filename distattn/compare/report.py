@@ -166,8 +166,10 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
                          f"rollout into the last token: {html.escape(', '.join(g['rollout_last_row_top']))}; "
                          f"flow into the last token: {html.escape(', '.join(g['flow_to_last_top']))}. GraphML in "
                          "<code>graphs/</code>.</p>")
-        if an.get("bank_senses"):
-            parts.append(_senses(an["bank_senses"]))
+    if an.get("bank_senses"):           # PPMI only: shown with --no-models too
+        if not (an.get("graph") or an.get("cka")):
+            parts.append("<h2>Graphs and kernels</h2>")
+        parts.append(_senses(an["bank_senses"]))
     paper = metrics.get("paper")
     if paper:
         parts.append("<h2>The paper's bank/river examples (003_8065cadafb1b3474.txt §2.5, §3.2)</h2>")
