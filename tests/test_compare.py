@@ -513,3 +513,21 @@ def test_projection_rows_cached_on_one_device_are_not_served_to_another(tmp_path
     # placeholder data, which has no vocabulary)
     with pytest.raises(AttributeError, match="vocab"):
         stage_projection(data, stats, sizes, torch.device("meta"))
+
+
+def test_a_bank_without_ppmi_neighbours_skips_its_senses_not_the_run(tmp_path, capsys, caplog):
+    """"bank" only in one-word documents is in the vocabulary but has no positive PPMI neighbour:
+    the sense communities raised, and the whole run failed at the analysis ("error: 'bank' has no
+    positive PPMI neighbours") after every other stage had finished."""
+    import logging
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=40)
+    with open(corpus, "a") as fh:
+        for _ in range(3):
+            fh.write(json.dumps({"text": "bank"}) + "\n")
+    with caplog.at_level(logging.INFO, logger="distattn.compare"):
+        code, out, err = run_cli(["--corpus", "text", "--path", str(corpus), "--no-models", "--out",
+                                  str(tmp_path / "runs"), "-q", "--device", "cpu"], capsys)
+    assert code == 0, err
+    metrics = json.loads(next((tmp_path / "runs").glob("*/metrics.json")).read_text())
+    assert "bank_senses" not in metrics["analysis"] and "heatmaps" in metrics["analysis"]
+    assert "'bank' has no positive PPMI neighbours" in caplog.text

@@ -488,8 +488,10 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
         P_proj = projections(s)["Norm(QSQᵀ)"]
         A.write_graphml(A.attention_graph(P_proj, toks, threshold=0.02), graph_dir / "projection_example.graphml")
     if "bank" in data.vocab:
-        sc = A.sense_communities(stats.P, "bank", k=30, words=words, seed=0)
-        out["bank_senses"] = sc.to_dict()
+        try:
+            out["bank_senses"] = A.sense_communities(stats.P, "bank", k=30, words=words, seed=0).to_dict()
+        except ValueError as exc:       # e.g. "bank" only in one-word documents: no senses to show
+            log.info("bank's sense communities skipped: %s", exc)
 
     # ---- kernels and CKA on one held-out sequence
     section("kernels and CKA")
