@@ -531,3 +531,20 @@ def test_a_bank_without_ppmi_neighbours_skips_its_senses_not_the_run(tmp_path, c
     metrics = json.loads(next((tmp_path / "runs").glob("*/metrics.json")).read_text())
     assert "bank_senses" not in metrics["analysis"] and "heatmaps" in metrics["analysis"]
     assert "'bank' has no positive PPMI neighbours" in caplog.text
+
+
+def test_test_documents_shorter_than_eight_tokens_skip_the_agreement_not_the_run(tmp_path, capsys, caplog):
+    """The agreement, graph and kernel views read held-out documents of at least 8 tokens; with
+    none (a corpus of short sentences) the run failed after training with "error: head_patterns
+    is empty"."""
+    import logging
+    rows = [{"text": " ".join(np.random.default_rng(i).choice("the cat sat on a mat dog ran".split(), 6))}
+            for i in range(40)]
+    with caplog.at_level(logging.INFO, logger="distattn.compare"):
+        code, out, err = run_cli(["--corpus", "text", "--path", str(_jsonl(tmp_path / "short.jsonl", rows)),
+                                  "--out", str(tmp_path / "runs"), "-q", "--device", "cpu"], capsys)
+    assert code == 0, err
+    analysis = json.loads(next((tmp_path / "runs").glob("*/metrics.json")).read_text())["analysis"]
+    assert "agreement_summary" not in analysis and "graph" not in analysis and "cka" not in analysis
+    assert analysis["spectra"] and analysis["attention_pmi_correlation"]
+    assert "no held-out document has 8 tokens" in caplog.text

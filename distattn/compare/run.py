@@ -409,7 +409,9 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
     preds = [projections(s) for s in seqs]
     predictions = {name: [p[name] for p in preds] for name in (preds[0] if preds else {})}
     agreement = {}
-    for name, model in lms.items():
+    if lms and not seqs:            # the agreement, graph and kernel views need one such document
+        log.info("agreement, graph and kernel views skipped: no held-out document has 8 tokens")
+    for name, model in (lms if seqs else {}).items():
         adapter = TorchModelAdapter(model, oov_id=unk)
         patterns = [adapter.patterns(s) for s in seqs]
         records = A.head_agreement(patterns, predictions, causal=True)
