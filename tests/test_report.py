@@ -76,3 +76,14 @@ def test_bank_senses_are_shown_without_models(tmp_path):
     metrics = {"timings_s": {"total": 1.0}, "analysis": {"bank_senses": senses}}
     html = write_report(tmp_path, _env("imdb"), metrics).read_text()
     assert "Senses of <b>bank</b>" in html and "money, loan" in html and "river, shore" in html
+
+
+def test_non_finite_numbers_inside_arrays_become_null_in_metrics_json():
+    """_jsonable turned NaN and inf into null except inside numpy arrays (tolist() was returned
+    as is): a CKA matrix with a constant kernel wrote a bare NaN into metrics.json, which is not
+    JSON (JSON.parse and other strict readers refuse the file)."""
+    import numpy as np
+
+    from distattn.compare.run import _jsonable
+    out = _jsonable({"cka": {"matrix": np.array([[1.0, np.nan], [np.inf, 1.0]])}, "ids": np.arange(2)})
+    assert json.dumps(out, allow_nan=False) == '{"cka": {"matrix": [[1.0, null], [null, 1.0]]}, "ids": [0, 1]}'

@@ -217,7 +217,7 @@ def _jsonable(x):
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
     if isinstance(x, np.ndarray):
-        return x.tolist()
+        return _jsonable(x.tolist()) if x.dtype.kind == "f" else x.tolist()   # NaN/inf -> null there too
     if isinstance(x, (np.integer,)):
         return int(x)
     if isinstance(x, (np.floating,)):
