@@ -87,3 +87,20 @@ def test_non_finite_numbers_inside_arrays_become_null_in_metrics_json():
     from distattn.compare.run import _jsonable
     out = _jsonable({"cka": {"matrix": np.array([[1.0, np.nan], [np.inf, 1.0]])}, "ids": np.arange(2)})
     assert json.dumps(out, allow_nan=False) == '{"cka": {"matrix": [[1.0, null], [null, 1.0]]}, "ids": [0, 1]}'
+
+
+def test_a_non_finite_perplexity_is_a_dash_and_never_the_best_row(tmp_path):
+    """metrics.json holds a non-finite perplexity as null, and the terminal table formatted it with
+    :11.2f (TypeError after the report was written); in the report a NaN first row won the
+    "best" highlight, since every comparison with NaN is False."""
+    from distattn.compare.report import terminal_table, write_report
+    nt = [_row("PPMI + Norm", "projection", float("nan"), temperature=0.21), _row("unigram (add-1)", "ngram", 31.3),
+          _row("KN-3", "ngram", 25.0)]
+    metrics = {"timings_s": {"total": 1.0}, "data": {"corpus": "text", "documents": 90}, "next_token": nt}
+    html = write_report(tmp_path, _env("text"), metrics).read_text()
+    assert re.search(r'<tr class="best"><td>KN-3</td>', html)
+    stored = json.loads(json.dumps([dict(r, perplexity=None) if r["perplexity"] != r["perplexity"] else r
+                                    for r in nt]))
+    lines = terminal_table({"timings_s": {"total": 1.0}, "next_token": stored}).splitlines()
+    assert lines[1].split()[-3:] == ["–", f"{nt[0]['top1']:.4f}", f"{nt[0]['top10']:.4f}"]
+    assert lines[3].split()[-3] == "25.00"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 from pathlib import Path
 
 from distattn.atomic import atomic_path
@@ -111,7 +112,8 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
                                                       if isinstance(v, int)) + "</p>")
     nt = metrics.get("next_token", [])
     if nt:
-        best = min(range(len(nt)), key=lambda i: nt[i]["perplexity"] if nt[i]["perplexity"] is not None else 1e300)
+        best = min(range(len(nt)), key=lambda i: nt[i]["perplexity"] if nt[i]["perplexity"] is not None
+                   and math.isfinite(nt[i]["perplexity"]) else math.inf)   # a NaN row would win the comparison
         kind = "reviews" if env["config"]["corpus"] == "imdb" else "documents"
         parts.append("<h2>Next-token prediction: n-grams, projections, language models</h2>"
                      "<p class='muted'>Same test positions for every row (targets that are out of vocabulary "
@@ -193,13 +195,21 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
     return path
 
 
+def _num(x, width: int, nd: int) -> str:
+    """``x`` to ``nd`` places in ``width`` columns; "–" for a missing (null) or non-finite number."""
+    if x is None or not math.isfinite(x):
+        return f"{'–':>{width}}"
+    return f"{x:{width}.{nd}f}"
+
+
 def terminal_table(metrics: dict) -> str:
     lines = []
     nt = metrics.get("next_token", [])
     if nt:
         lines.append(f"{'model':52s} {'perplexity':>11} {'top-1':>7} {'top-10':>7}")
-        for r in nt:
-            lines.append(f"{r['model'][:52]:52s} {r['perplexity']:11.2f} {r['top1']:7.4f} {r['top10']:7.4f}")
+        for r in nt:     # metrics.json holds a non-finite perplexity as null
+            lines.append(f"{r['model'][:52]:52s} {_num(r['perplexity'], 11, 2)} {_num(r['top1'], 7, 4)} "
+                         f"{_num(r['top10'], 7, 4)}")
     if metrics.get("classifier"):
         lines.append(f"classifier test accuracy: {metrics['classifier']['test_accuracy']:.4f} (seed paper: 0.8618)")
     if metrics.get("classifier_best") and metrics["classifier_best"].get("test_accuracy") is not None:
