@@ -55,12 +55,16 @@ def test_options_the_paper_corpus_ignores_are_named(tmp_path, capsys, caplog):
     assert code == 0 and "ignored" not in caplog.text + err
 
 
-def test_text_corpus_run_then_warm_rerun(tmp_path, capsys):
+def test_text_corpus_run_then_warm_rerun(tmp_path, capsys, monkeypatch):
+    from distattn.analysis import figures
     corpus = synthetic_jsonl(tmp_path / "c.jsonl")
     args = ["--corpus", "text", "--path", str(corpus), "--profile", "quick", "--out", str(tmp_path / "runs"), "-q",
             "--device", "cpu"]
+    titles, plot_cka = [], figures.plot_cka_matrix
+    monkeypatch.setattr(figures, "plot_cka_matrix", lambda *a, **k: (titles.append(k.get("title")), plot_cka(*a, **k))[1])
     code, out, err = run_cli(args, capsys)
     assert code == 0, err
+    assert titles == ["CKA between attention kernels (one held-out document)"]      # it said "test review"
     assert "epoch" not in out and "epoch" not in err        # -q: no training lines (once one per epoch and model)
     first = next((tmp_path / "runs").iterdir())
     for name in ("config.json", "metrics.json", "report.html"):

@@ -277,8 +277,8 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
     from distattn.compare.stages import stage_dir
     # "version" 2: the directional factors and the alignment basis come from the spectra's SVDs;
     # 3: the PPMI and directional-PPMI spectra come from the statistics stage's SVDs; 4: the seed's
-    # IMDB example reviews are drawn for IMDB only
-    d, _ = stage_dir("analysis", {"version": 4, "data": data.key, "stats": stats.key,
+    # IMDB example reviews are drawn for IMDB only; 5: the CKA figure's title names a text corpus's documents
+    d, _ = stage_dir("analysis", {"version": 5, "data": data.key, "stats": stats.key,
                                   "sizes": dataclasses.asdict(sizes),
                                   "models": {n: m.checkpoint.parent.name for n, m in models.items()}})
     if not cache:               # recompute: this run's analysis, never an entry a cached run left there
@@ -517,7 +517,7 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
                    "RBF": A.rbf_kernel(X, gamma="median"), "linear": A.linear_kernel(X),
                    "polynomial": A.polynomial_kernel(X)}
         names, C = A.cka_matrix(kernels)
-        figures.plot_cka_matrix(names, C, fig_dir / "cka.png", title="CKA between attention kernels (one test review)")
+        figures.plot_cka_matrix(names, C, fig_dir / "cka.png", title=f"CKA between attention kernels (one held-out {kind})")
         out["cka"] = {"names": names, "matrix": C, "psd": {n: A.psd_check(K) for n, K in kernels.items()}}
     section(None)
     return out
