@@ -76,9 +76,11 @@ def main(argv=None) -> int:
     out = Path(args.out)
     stats = corpus_statistics(args.corpus, path=args.path, data_dir=args.data_dir, vocab_size=args.vocab_size,
                               window=args.window, n_sequences=args.sequences, max_len=args.max_len)
-    if not any(len(s) >= 2 for s in stats.sequences):
+    usable = [s for s in stats.sequences if len(s) >= 2 and (s >= 0).any()]   # all-OOV: nothing to project
+    if not usable:
         raise ValueError(f"none of the first {len(stats.sequences)} documents has 2 or more tokens (--max-len "
-                         f"{args.max_len}); the attention views need sequences of at least 2 tokens")
+                         f"{args.max_len}) with one in the vocabulary (--vocab-size {args.vocab_size}); the attention "
+                         "views need sequences of at least 2 tokens")
     words, n = stats.words, len(stats.words)
     model = build_model(args.model, n, d_model=args.d_model, n_heads=args.heads, n_layers=args.layers,
                         random_state=args.seed)
@@ -108,7 +110,7 @@ def main(argv=None) -> int:
         print(line)
 
     # 2. agreement -------------------------------------------------------------------------
-    seqs = [s for s in stats.sequences if len(s) >= 2]
+    seqs = usable
     projection = [row_normalize(context_matrix(s, stats.ppmi)) for s in seqs]
     predictions = {"Norm(QSQᵀ)": projection}
     if stats.directional_ppmi is not None:

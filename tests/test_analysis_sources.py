@@ -116,3 +116,18 @@ def test_attention_vs_ppmi_names_a_corpus_of_one_token_documents(tmp_path, capsy
         _script("attention_vs_ppmi").main(["--corpus", "text", "--path", str(tmp_path / "one.txt"),
                                            "--out", str(tmp_path / "out")])
     assert capsys.readouterr().out == "" and not (tmp_path / "out").exists()
+
+
+def test_attention_vs_ppmi_skips_a_document_with_no_in_vocabulary_token(tmp_path, capsys):
+    """A first line of two rare words (both outside --vocab-size) once ended the run with 'error: token_ids
+    has no in-vocabulary token', after section 1 was printed; such a document has nothing to project."""
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(30)]
+    lines = ["zebra quokka", *(" ".join(rng.choice(words, size=25)) for _ in range(20))]
+    (tmp_path / "rare.txt").write_text("\n".join(lines) + "\n")
+    assert _script("attention_vs_ppmi").main(["--corpus", "text", "--path", str(tmp_path / "rare.txt"),
+                                              "--vocab-size", "30", "--d-model", "8", "--heads", "2",
+                                              "--out", str(tmp_path / "out")]) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["vocab_size"] == 32 and len(report["cka"]["names"]) == 6
+    assert "over 7 sequences" in capsys.readouterr().out          # the 8 first documents less the rare one
