@@ -204,10 +204,11 @@ def main(argv=None) -> int:
         for key, name in ROWS:
             print(f"{key:14s} {name}")
         return 0
-    if args.quick:
-        defaults = build_parser().parse_args([])
+    if args.quick:                   # the quick sizes, except those given (even when equal to the default)
+        unset = object()
+        given = build_parser().parse_args(argv, argparse.Namespace(**dict.fromkeys(QUICK, unset)))
         for k, v in QUICK.items():
-            if getattr(args, k) == getattr(defaults, k):
+            if getattr(given, k) is unset:
                 setattr(args, k, v)
         if args.device == "auto":
             args.device = "cpu"

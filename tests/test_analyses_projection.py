@@ -128,3 +128,24 @@ def test_projection_vs_ngrams_names_a_device_it_cannot_use(tmp_path, device, mes
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == message
     assert not (tmp_path / "t.json").exists()
+
+
+def test_projection_vs_ngrams_quick_keeps_a_size_given_equal_to_its_default(monkeypatch):
+    """--quick --max-len 256 once ran with max_len 40: a size given on the command line was replaced by the
+    quick one whenever it equalled the parser's default."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("projection_vs_ngrams", ANALYSES / "projection_vs_ngrams.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Stop(Exception):
+        pass
+
+    def stop(args, log):
+        raise Stop(args)
+    monkeypatch.setattr(module, "load_data", stop)
+    with pytest.raises(Stop) as exc:
+        module.main(["--quick", "--device", "cpu", "--max-len", "256", "--n-eval", "2000", "--n-val", "7"])
+    args = exc.value.args[0]
+    assert (args.max_len, args.n_eval, args.n_val) == (256, 2000, 7)
+    assert (args.vocab_size, args.stat_docs, args.heads) == (1500, 1000, 2)      # not given: the quick sizes
