@@ -78,6 +78,8 @@ def main(argv=None):
     if bad_c or bad_b:
         ap.error(f"argument {'--C' if bad_c else '--beta'}: got {(bad_c or bad_b)[0]}; allowed: "
                  + ("finite numbers > 0" if bad_c else "numbers in [0, 1]"))
+    if args.n_val >= 25_000:         # once "the corpus is empty: no documents", after the paper row was fitted
+        ap.error(f"argument --n-val: got {args.n_val}; allowed: fewer than the 25,000 train reviews")
     if args.limit_docs is not None and args.limit_docs < 2 * args.n_val:
         ap.error(f"argument --limit-docs: got {args.limit_docs}; allowed: at least 2 × --n-val = {2 * args.n_val}")
 

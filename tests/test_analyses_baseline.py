@@ -79,6 +79,9 @@ def test_ngram_baseline_runs_on_a_slice(imdb_archive, tmp_path, capsys):
     (["--C", "a"], "argument --C: got 'a'; allowed: comma-separated numbers"),
     (["--limit-docs", "100"], "argument --limit-docs: got 100; allowed: at least 2 × --n-val = 5000"),
     (["--n-val", "0"], "argument --n-val: got 0; allowed: an integer >= 1"),
+    # once "error: the corpus is empty: no documents", after tokenizing IMDB and fitting the paper row
+    (["--n-val", "25000", "--limit-docs", "50000"],
+     "argument --n-val: got 25000; allowed: fewer than the 25,000 train reviews"),
 ])
 def test_ngram_baseline_refuses_bad_arguments_before_reading_data(tmp_path, args, message):
     env = dict(os.environ, DISTATTN_DATA_DIR=str(tmp_path / "no-data"), DISTATTN_CACHE_DIR=str(tmp_path / "cache"),
