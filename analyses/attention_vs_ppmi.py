@@ -70,6 +70,8 @@ def main(argv=None) -> int:
         check_corpus_options(args.corpus, args.path, args.data_dir)
     except ValueError as exc:
         parser().error(str(exc))
+    if args.d_model % args.heads:                 # once the model's own error, after the statistics were built
+        parser().error(f"argument --heads: got {args.heads}; allowed: a divisor of --d-model {args.d_model}")
     for option, value in (("--max-len", args.max_len), ("--top-n", args.top_n)):
         if value < 2:                                       # once "head_patterns is empty" / "word_ids must be ..."
             parser().error(f"argument {option}: got {value}; allowed: an integer >= 2")

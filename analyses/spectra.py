@@ -53,6 +53,8 @@ def main(argv=None) -> int:
         check_corpus_options(args.corpus, args.path, args.data_dir)
     except ValueError as exc:
         parser().error(str(exc))
+    if args.model != "none" and args.d_model % args.heads:     # once the model's error, after the statistics
+        parser().error(f"argument --heads: got {args.heads}; allowed: a divisor of --d-model {args.d_model}")
     stats = corpus_statistics(args.corpus, path=args.path, data_dir=args.data_dir, vocab_size=args.vocab_size,
                               window=args.window)
     n = len(stats.words)

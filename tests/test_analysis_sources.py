@@ -131,3 +131,16 @@ def test_attention_vs_ppmi_skips_a_document_with_no_in_vocabulary_token(tmp_path
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["vocab_size"] == 32 and len(report["cka"]["names"]) == 6
     assert "over 7 sequences" in capsys.readouterr().out          # the 8 first documents less the rare one
+
+
+@pytest.mark.parametrize("name", ["spectra", "attention_vs_ppmi"])
+def test_scripts_refuse_heads_that_do_not_divide_d_model_before_any_work(name, tmp_path, capsys, monkeypatch):
+    """--d-model 30 --heads 4 once ended with the model's 'd_model=30 must be divisible by n_heads=4', after the
+    corpus statistics (IMDB: the tokenized reviews) and the PPMI-SVD were built."""
+    module = _script(name)
+    monkeypatch.setattr(module, "corpus_statistics", lambda *a, **k: pytest.fail("statistics built first"))
+    with pytest.raises(SystemExit) as exc:
+        module.main(["--d-model", "30", "--heads", "4", "--out", str(tmp_path / "out")])
+    assert exc.value.code == 2
+    assert "argument --heads: got 4; allowed: a divisor of --d-model 30" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
