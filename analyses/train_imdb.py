@@ -41,7 +41,7 @@ def main():
     ap.add_argument("--max-len", type=positive_int, default=256,
                     help="context of the LMs (lm, mlm) and of the fine-tuned classifier (mlm)")
     ap.add_argument("--batch-size", type=positive_int, default=None,
-                    help="default: the recipe's (seed 64, lm 128, mlm 64)")
+                    help="default: the recipe's (seed 64, lm 128, mlm 64 pretraining, 32 fine-tuning)")
     ap.add_argument("--finetune-epochs", type=positive_int, default=4, help="mlm: classifier epochs after pretraining")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--checkpoint-every", type=non_negative_int, default=0,

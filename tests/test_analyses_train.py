@@ -152,3 +152,18 @@ def test_split_effect_refuses_bad_numbers_before_reading_data(tmp_path, args, me
                           "--json", str(tmp_path / "t.json")], capture_output=True, text=True, timeout=60, env=env)
     assert res.returncode == 2 and message in res.stderr.strip().splitlines()[-1], res.stderr[-2000:]
     assert not (tmp_path / "t.json").exists() and not (tmp_path / "cache").exists()
+
+
+def test_train_imdb_help_gives_the_batch_sizes_the_recipes_use():
+    """--help once said 'mlm 64' while the mlm recipe fine-tunes its classifier at finetune_config's 32."""
+    import re
+
+    from distattn.train.recipes import finetune_config, lm_train_config, seed_train_config
+    res = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = " ".join(res.stdout.split())
+    match = re.search(r"default: the recipe's \(seed (\d+), lm (\d+), mlm (\d+) pretraining, (\d+) fine-tuning\)", text)
+    assert match, text
+    assert tuple(map(int, match.groups())) == (seed_train_config().batch_size, lm_train_config().batch_size, 64,
+                                               finetune_config().batch_size)
