@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import warnings
@@ -108,6 +107,7 @@ def load_data(args, log):
     return data
 
 
+from distattn.atomic import atomic_path  # noqa: E402
 from distattn.cli import non_negative_int, output_file, positive_int, run_script  # noqa: E402
 from distattn.projection.device_scorers import Asymmetric, DeviceNgram, MultiHead, Positional, Symmetric  # noqa: E402
 
@@ -168,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=output_file, default=None, help="write the table and settings to this JSON file, rewritten (atomically) after each row "
                    "so that a cut run keeps the rows it finished; \"complete\": true once every row is done")
     p.add_argument("--quick", action="store_true",
-                   help="tiny sizes for a smoke test: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
+                   help="tiny sizes for a smoke test, on the CPU unless --device names another: "
+                   + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
     return p
 
 
@@ -188,6 +189,13 @@ ROWS = [
     ("mh_svd", "multi-head SVD, softmax"),
     ("mh_nmf", "multi-head NMF, Norm"),
 ]
+
+
+def save_json(path, out: dict) -> None:
+    """Write ``out`` to ``path`` atomically: a failed write (e.g. a value JSON cannot hold) leaves the
+    previous file, and no ``.tmp`` file beside it."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(out, indent=1, default=float))
 
 
 def main(argv=None) -> int:
@@ -253,11 +261,7 @@ def main(argv=None) -> int:
 
     def save():
         if args.json:
-            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-            tmp = args.json + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(out, f, indent=1, default=float)
-            os.replace(tmp, args.json)
+            save_json(args.json, out)
 
     log(f"device: {device}" + (f" ({out['config']['device_name']})" if device.type == "cuda" else "")
         + f"; torch {torch.__version__}")

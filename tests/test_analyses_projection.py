@@ -149,3 +149,19 @@ def test_projection_vs_ngrams_quick_keeps_a_size_given_equal_to_its_default(monk
     args = exc.value.args[0]
     assert (args.max_len, args.n_eval, args.n_val) == (256, 2000, 7)
     assert (args.vocab_size, args.stat_docs, args.heads) == (1500, 1000, 2)      # not given: the quick sizes
+
+
+def test_projection_vs_ngrams_json_is_written_atomically(tmp_path):
+    """A failed write (a value JSON cannot hold) once left ``<json>.tmp`` beside the results file; it
+    now keeps the previous file and leaves nothing else."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("projection_vs_ngrams", ANALYSES / "projection_vs_ngrams.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = tmp_path / "rows.json"
+    module.save_json(path, {"rows": [1.5, np.float32(2.0)]})
+    assert json.loads(path.read_text()) == {"rows": [1.5, 2.0]}
+    with pytest.raises(TypeError):
+        module.save_json(path, {"rows": [object()]})
+    assert [p.name for p in tmp_path.iterdir()] == ["rows.json"]
+    assert json.loads(path.read_text()) == {"rows": [1.5, 2.0]}

@@ -67,6 +67,8 @@ def test_a_run_without_embeddings_leaves_no_earlier_embeddings_in_out(capsys, tm
     (["--corpus", "paper", "--path", "x.txt"], "--path is only used with --corpus text"),
     (["--corpus", "paper", "--data-dir", "/tmp"],                     # once ignored silently
      "conflicting options: --data-dir is only used with --corpus imdb, not --corpus paper"),
+    (["--corpus", "paper", "--split", "test"],                       # once ignored silently
+     "conflicting options: --split is only used with --corpus imdb, not --corpus paper"),
     (["--corpus", "paper", "--evaluate"], "--evaluate needs --svd-dim"),
     (["--corpus", "paper", "--jobs", "0"], "--jobs=0 is invalid; allowed: an integer >= 1"),
 ])

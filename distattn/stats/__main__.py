@@ -17,7 +17,8 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--corpus", default=d.corpus, help="corpus name: imdb, text or paper")
     p.add_argument("--path", default=None, help="with --corpus text: a .txt file, a directory of .txt files, or .jsonl")
-    p.add_argument("--split", default=d.split, help="with --corpus imdb: train, test, unsup, joined with +")
+    p.add_argument("--split", default=None,
+                   help=f"with --corpus imdb: train, test, unsup, joined with + (default: {d.split})")
     p.add_argument("--data-dir", default=None, help="where aclImdb_v1.tar.gz is (else $DISTATTN_DATA_DIR, the cache)")
     p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="regular words kept (plus <pad>, <unk>)")
     p.add_argument("--min-count", type=int, default=d.min_count)
@@ -38,7 +39,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
-    cfg = StatsConfig(corpus=args.corpus, path=args.path, split=args.split if args.corpus == "imdb" else "",
+    if args.split is not None and args.corpus != "imdb":     # it was silently ignored
+        print(f"error: conflicting options: --split is only used with --corpus imdb, not --corpus {args.corpus}",
+              file=sys.stderr)
+        return 2
+    split = StatsConfig().split if args.split is None else args.split
+    cfg = StatsConfig(corpus=args.corpus, path=args.path, split=split if args.corpus == "imdb" else "",
                       data_dir=args.data_dir, vocab_size=args.vocab_size, min_count=args.min_count,
                       window=args.window, weighting=args.weighting, symmetric=not args.directional, oov=args.oov,
                       cds=args.cds, neg=args.neg, svd_dim=args.svd_dim, eig=args.eig)
