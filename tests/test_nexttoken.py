@@ -209,6 +209,27 @@ def test_model_may_yield_blocks_and_torch_tensors():
     assert blocks.top_k_accuracy == tensor.top_k_accuracy == whole.top_k_accuracy
 
 
+def test_a_float64_torch_tensor_scores_as_the_same_numpy_array():
+    """A model returning float64 torch tensors was scored in float32: logits 1e4 apart by 1e-3
+    became ties, so ranks, top-1 and log p differed from the same logits as a numpy array."""
+    import torch
+
+    from distattn.projection.nexttoken import _score_block_torch
+    rng = np.random.default_rng(10)
+    table = 1e4 + rng.random((V, V)) * 1e-2          # raw-count sized logits, small differences
+    doc = rng.integers(0, V, size=40)
+    _, lp_np, rk_np = evaluate_next_token(lambda ids: table[ids], [doc], vocab_size=V, return_scores=True)
+    _, lp_t, rk_t = evaluate_next_token(lambda ids: torch.from_numpy(table[ids]), [doc], vocab_size=V,
+                                        return_scores=True)
+    np.testing.assert_array_equal(rk_t, rk_np)
+    np.testing.assert_allclose(lp_t, lp_np, rtol=0, atol=1e-9)
+    # the accelerator path keeps float64 as well (run here on the CPU)
+    targets = np.append(doc[1:], -2)
+    lp_d, rk_d = _score_block_torch(torch.from_numpy(table[doc]), targets, 1.0, None, 0.0)
+    np.testing.assert_array_equal(rk_d, rk_np)
+    np.testing.assert_allclose(lp_d, lp_np, rtol=0, atol=1e-6)     # the numba scorer's exp is float32
+
+
 def test_model_protocol_errors():
     doc = [np.arange(5)]
     with pytest.raises(ValueError, match=r"scores of shape \(5, 3\).*vocab_size=5"):

@@ -150,7 +150,10 @@ def _score_block(block, targets, scale, prior, prior_weight):
     A CPU tensor is scored by the numba kernel below, in one pass and in place (torch's
     log_softmax and comparison would allocate (n, V) temporaries); others where they live."""
     if hasattr(block, "detach") and block.device.type == "cpu":
-        block = block.detach().float().numpy()
+        import torch
+
+        block = block.detach()                        # float64 stays float64, as a numpy array does
+        block = (block if block.dtype == torch.float64 else block.float()).numpy()
     if hasattr(block, "detach"):                      # a torch tensor on an accelerator: score where it lives
         return _score_block_torch(block, targets, scale, prior, prior_weight)
     x = np.asarray(block)
@@ -169,7 +172,8 @@ def _score_block_torch(block, targets, scale, prior, prior_weight):
     """:func:`_score_block` in torch, on the block's device."""
     import torch
 
-    x = block.detach().float() * scale
+    x = block.detach()
+    x = (x if x.dtype == torch.float64 else x.float()) * scale      # float64 kept, as on the CPU
     t = torch.as_tensor(targets, device=x.device)
     tc = t.clamp(min=0)[:, None]
     lp = torch.log_softmax(x, dim=-1)
