@@ -166,6 +166,18 @@ def test_bad_sequences_raise_clear_errors(S, fn):
         fn([[1, 2]], S)
 
 
+@pytest.mark.parametrize("fn", [context_matrix, vocabulary_evidence, global_evidence, next_token_distribution,
+                                association_profiles])
+def test_huge_unsigned_ids_are_refused_not_read_as_oov(S, fn):
+    """uint64 ids >= 2**63 (e.g. 0 - 1 in uint64) wrapped to negative int64 and were silently
+    treated as out-of-vocabulary tokens instead of refused as ids >= vocab_size."""
+    ids = np.array([3, 5], dtype=np.uint64) - np.uint64(4)           # [2**64 - 1, 1]
+    with pytest.raises(ValueError, match=r"ids \[18446744073709551615\] outside \[0, vocab_size=40\)"):
+        fn(ids, S)
+    with pytest.raises(ValueError, match="outside"):
+        selector(ids, V)
+
+
 def test_bad_cooc_raises_clear_errors():
     with pytest.raises(ValueError, match=r"square .*got shape \(3, 4\)"):
         context_matrix([0, 1], np.ones((3, 4)))

@@ -119,12 +119,12 @@ def token_ids(values, vocab_size: int, *, unk_id: int | None = None, name: str =
         raise ValueError(f"{name} must be a 1-D sequence of token ids; got shape {arr.shape}")
     if arr.size == 0:
         raise ValueError(f"{name} is empty; a sequence needs at least one token")
-    arr = arr.astype(np.int64)
-    too_big = arr >= vocab_size
+    too_big = arr >= vocab_size          # before the cast: uint64 ids >= 2**63 would wrap to negative (OOV)
     if too_big.any():
         bad = np.unique(arr[too_big])[:5].tolist()
         raise ValueError(f"{name} contains ids {bad} outside [0, vocab_size={vocab_size}); "
                          f"negative ids (or unk_id) mark out-of-vocabulary tokens")
+    arr = arr.astype(np.int64)
     arr[arr < 0] = OOV
     if unk_id is not None:
         arr[arr == unk_id] = OOV
