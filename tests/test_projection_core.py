@@ -178,6 +178,16 @@ def test_huge_unsigned_ids_are_refused_not_read_as_oov(S, fn):
         selector(ids, V)
 
 
+def test_huge_unsigned_ids_in_a_list_of_documents_are_refused_not_read_as_oov(S):
+    """A list of uint64 documents went through an int64 cast first, so 2**64 - 1 (0 - 1 in
+    uint64) became -1: silently an OOV token in context_matrices, global_evidences, ..."""
+    doc = np.array([3, 5, 6], dtype=np.uint64) - np.uint64(4)      # [2**64 - 1, 1, 2]
+    with pytest.raises(ValueError, match=r"documents\[1\] contains ids \[18446744073709551615\] outside"):
+        context_matrices([np.array([1, 2]), doc], S)
+    with pytest.raises(ValueError, match="outside"):
+        global_evidences([doc], S)
+
+
 def test_bad_cooc_raises_clear_errors():
     with pytest.raises(ValueError, match=r"square .*got shape \(3, 4\)"):
         context_matrix([0, 1], np.ones((3, 4)))
