@@ -148,6 +148,25 @@ def test_prior_interpolation(S, docs):
         evaluate_next_token(model, docs, prior=prior, prior_weight=1.0)
 
 
+def test_a_float32_prior_over_a_large_vocabulary_is_accepted():
+    """A float32 probability vector normalised in float32 (a torch softmax, counts / counts.sum())
+    sums to 1 only within float32 round-off, a few 1e-6 over 30k words: it was refused with
+    'prior must be a probability vector ...; got shape (30000,), sum 1'."""
+    import torch
+    n = 30_000
+    rng = np.random.default_rng(15)
+    docs = [rng.integers(0, n, 50) for _ in range(3)]
+    model = UnigramLM().fit(docs, n)
+    prior = torch.softmax(torch.tensor(rng.normal(size=n) * 3, dtype=torch.float32), 0)
+    assert abs(prior.double().sum().item() - 1) > 1e-6                   # the case that was refused
+    got = evaluate_next_token(model, docs, prior=prior, prior_weight=0.2)
+    exact = prior.double().numpy() / prior.double().sum().item()
+    assert got.mean_nll == pytest.approx(evaluate_next_token(model, docs, prior=exact, prior_weight=0.2).mean_nll,
+                                         rel=1e-6)
+    with pytest.raises(ValueError, match=r"sum 1\.01 \(allowed: 1 within 1e-06\)"):   # a float64 vector: as before
+        evaluate_next_token(model, docs, prior=np.full(n, 1.01 / n), prior_weight=0.2)
+
+
 def test_oov_targets_are_skipped_and_counted(S):
     doc = np.array([3, -1, 4, 5, -1, 6])
     rep, logp, rank = evaluate_next_token(ProjectionPredictor().fit(S), [doc], return_scores=True)
