@@ -374,6 +374,17 @@ def test_unigram_model_and_prior(train):
         KneserNeyLM(order=4).fit(train, V)
 
 
+def test_unigram_logits_need_one_sequence_as_kneser_ney_logits_do(train):
+    """UnigramLM took the length from shape[0]: a (1, length) batch silently gave one row instead
+    of one per position, and a scalar raised a bare 'IndexError: tuple index out of range'."""
+    uni, kn = UnigramLM().fit(train, V), KneserNeyLM(order=2).fit(train, V)
+    for lm in (uni, kn):
+        assert lm.next_token_logits([1, 2, 3]).shape == (3, V)
+        for bad in (np.array([[1, 2, 3]]), np.int64(3)):
+            with pytest.raises(ValueError, match="token_ids must be a 1-D sequence of token ids"):
+                lm.next_token_logits(bad)
+
+
 def test_the_compiled_causal_scorer_refuses_what_its_kernel_would_trust():
     """causal_scores hands ids, shapes and the prior straight to a compiled kernel: an id equal to
     vocab_size once crashed the process, a short prior was read past its end."""

@@ -55,8 +55,10 @@ class UnigramLM:
 
     def next_token_logits(self, token_ids) -> np.ndarray:
         """Log-probabilities, shape (length, vocab_size) (a read-only broadcast view)."""
-        n = np.asarray(token_ids).shape[0]
-        return np.broadcast_to(self.log_prob_, (n, self.vocab_size_))
+        ids = np.asarray(token_ids)
+        if ids.ndim != 1:      # as KneserNeyLM (shape[0] of a (1, length) batch is 1, of a scalar an IndexError)
+            raise ValueError(f"token_ids must be a 1-D sequence of token ids; got shape {ids.shape}")
+        return np.broadcast_to(self.log_prob_, (ids.size, self.vocab_size_))
 
 
 def _discount(counts: np.ndarray, given) -> float:
