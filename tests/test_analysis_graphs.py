@@ -144,6 +144,19 @@ def test_sense_communities_separate_the_two_banks():
         sense_communities(_bank_ppmi(), "bnak", words=WORDS)
 
 
+def test_a_vocabulary_object_serves_as_words():
+    """A distattn Vocabulary (iterates its words in id order, but vocab[i] looks a word *up*)
+    passed as words raised a bare KeyError: np.int32(0) when the nodes were labelled."""
+    from distattn.corpus.vocabulary import Vocabulary
+    vocab = Vocabulary(WORDS, specials=())
+    assert list(vocab) == list(WORDS)
+    want = word_neighbourhood(_bank_ppmi(), "bank", k=5, words=WORDS)
+    got = word_neighbourhood(_bank_ppmi(), "bank", k=5, words=vocab)
+    assert sorted(got.nodes(data="word")) == sorted(want.nodes(data="word"))
+    assert sense_communities(_bank_ppmi(), 0, k=8, words=vocab, seed=0) == \
+        sense_communities(_bank_ppmi(), 0, k=8, words=WORDS, seed=0)
+
+
 # --------------------------------------------------------------------------- rollout and flow
 
 def test_residual_attention_and_rollout_closed_form():

@@ -171,8 +171,8 @@ def word_neighbourhood(ppmi, word, k: int = 30, words=None, *, include_word: boo
     Neighbours: the k largest positive entries of row ``word`` (itself excluded), ties broken
     by the smaller id. Edge weights: ``(P[a, b] + P[b, a]) / 2`` (equal to ``P[a, b]`` for a
     symmetric PPMI) where positive. With ``include_word`` the word is a node too, joined to each
-    neighbour. Nodes are ids with attributes ``word`` (if ``words`` given) and ``ppmi`` (to the
-    centre word).
+    neighbour. Nodes are ids with attributes ``word`` (if ``words``, the id -> word list or a
+    ``Vocabulary``, is given) and ``ppmi`` (to the centre word).
     """
     import networkx as nx
 
@@ -181,8 +181,10 @@ def word_neighbourhood(ppmi, word, k: int = 30, words=None, *, include_word: boo
         raise ValueError(f"ppmi must be square (vocab, vocab), got shape {P.shape}")
     if not np.all(np.isfinite(P.data)):          # NaN is not > 0, so it silently dropped neighbours
         raise ValueError("ppmi contains NaN or inf")
-    if words is not None and len(words) != P.shape[0]:
-        raise ValueError(f"words has {len(words)} entries but ppmi has {P.shape[0]} rows (one word per id)")
+    if words is not None:
+        words = list(words)      # a Vocabulary iterates its words in id order, but vocab[i] looks a word up
+        if len(words) != P.shape[0]:
+            raise ValueError(f"words has {len(words)} entries but ppmi has {P.shape[0]} rows (one word per id)")
     c = _word_index(word, words)
     if not 0 <= c < P.shape[0]:
         raise ValueError(f"word id {c} is out of range for a vocabulary of {P.shape[0]}")
@@ -235,6 +237,7 @@ def sense_communities(ppmi, word, k: int = 30, words=None, *, seed: int = 0,
     communities."""
     import networkx as nx
 
+    words = None if words is None else list(words)      # as word_neighbourhood: a Vocabulary works too
     G = word_neighbourhood(ppmi, word, k, words, include_word=False)
     if G.number_of_nodes() == 0:
         raise ValueError(f"{word!r} has no positive PPMI neighbours")
