@@ -280,6 +280,8 @@ def test_seed_literal_tokenizer_is_the_printed_code():
     (lambda: RaggedIds.from_sequences([[0.5, 1.7]]), "document 0 has dtype float64; allowed: integer token ids"),
     (lambda: RaggedIds.from_sequences([[1, 2], [True, False]]), "document 1 has dtype bool"),
     (lambda: RaggedIds.from_sequences([[[0, 1], [1, 2]]]), r"document 0 must be a 1-D sequence .*shape \(2, 2\)"),
+    (lambda: RaggedIds.from_sequences([[1], np.array([3, 2**64 - 1], dtype=np.uint64)]),   # once -1 (OOV)
+     "document 1 holds token id 18446744073709551615, beyond int64"),
     (lambda: RaggedIds(np.array([np.nan, 1.0]), [0, 2]), "ids has dtype float64"),
     (lambda: RaggedIds(np.array([1, 1]), [0, 1.5, 2]), "offsets has dtype float64; allowed: integer positions"),
     (lambda: Vocabulary("abc"), "words='abc' is a string"),

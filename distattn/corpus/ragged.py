@@ -55,6 +55,9 @@ class RaggedIds:
         for i, a in enumerate(arrays):
             if a.ndim != 1:
                 raise ValueError(f"document {i} must be a 1-D sequence of token ids; got shape {a.shape}")
+            if a.dtype == np.uint64 and a.size and a.max() > np.iinfo(np.int64).max:   # the cast would wrap it
+                raise ValueError(f"document {i} holds token id {int(a.max())}, beyond int64 (an unsigned "
+                                 f"underflow such as 0 - 1?); ids are integers in [-2**63, 2**63)")
         arrays = [a.astype(np.int64, copy=False) for a in arrays]   # uint64 + int64 would concatenate to float64
         lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
         offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
