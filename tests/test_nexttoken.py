@@ -506,3 +506,13 @@ def test_ngram_models_fitted_with_unk_id_have_unk_targets_skipped(make):
     default, explicit = evaluate_next_token(model, test), evaluate_next_token(model, test, unk_id=0)
     assert default.n_predictions == explicit.n_predictions < sum(len(d) - 1 for d in test)
     assert default.perplexity == pytest.approx(explicit.perplexity)
+
+
+@pytest.mark.parametrize("bad", [30, -2, 1.0, True, "0"])
+def test_context_oov_id_out_of_range_is_refused_up_front(S, docs, bad):
+    # it reached the model unchecked: an id >= vocab_size failed deep inside the scoring
+    model = ProjectionPredictor(normalization="row").fit(S)
+    with pytest.raises(ValueError, match=r"context_oov_id must be None, -1 \(the default\) or an id in \[0, vocab_size="):
+        evaluate_next_token(Generic(model), docs, context_oov_id=bad)
+    default = evaluate_next_token(Generic(model), docs)
+    assert evaluate_next_token(Generic(model), docs, context_oov_id=-1).perplexity == default.perplexity

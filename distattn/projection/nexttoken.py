@@ -264,6 +264,12 @@ def evaluate_next_token(model, documents, *, vocab_size: int | None = None, temp
     if isinstance(top_k, (numbers.Number, str)) or not isinstance(top_k, Iterable):
         raise ValueError(f"top_k must be a tuple of integers >= 1, e.g. (1, 10) or (5,); got {top_k!r}")
     top_k = tuple(_checks.positive_int(k, "top_k entry") for k in top_k)
+    if context_oov_id is not None and (isinstance(context_oov_id, bool) or not isinstance(context_oov_id, numbers.Integral)
+                                       or not -1 <= context_oov_id < V):
+        raise ValueError(f"context_oov_id must be None, -1 (the default) or an id in [0, vocab_size={V}) "
+                         f"(e.g. <unk>); got {context_oov_id!r}")
+    if context_oov_id is not None:
+        context_oov_id = None if context_oov_id == -1 else int(context_oov_id)
     docs = _limit(_checks.documents(documents, V, unk_id=unk_id), max_predictions)
     targets, scored = prediction_targets(docs)
     result = NotImplemented
