@@ -149,3 +149,21 @@ def test_a_bad_max_memory_setting_is_named(capsys, tmp_path, monkeypatch, value)
     assert not (tmp_path / "o").exists()
     monkeypatch.setenv("DISTATTN_MAX_MEMORY", "8G")
     assert run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--no-cache"], capsys)[0] == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--neg", "nan"], "neg=nan is invalid"),
+    (["--neg", "inf"], "neg=inf is invalid"),
+    (["--svd-dim", "2", "--eig", "nan"], "eig=nan is invalid"),
+    (["--eig", "inf"], "eig=inf is invalid"),
+])
+def test_non_finite_neg_and_eig_are_refused_before_any_counting(capsys, tmp_path, monkeypatch, args, message):
+    import distattn.stats.__main__ as cli
+
+    def must_not_run(*a, **k):
+        raise AssertionError("build_statistics ran although the command was refused")
+    monkeypatch.setattr(cli, "build_statistics", must_not_run)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b c\n")
+    code, out, err = run_cli(["--corpus", "text", "--path", str(corpus), *args], capsys)
+    assert code == 2 and message in err and out == ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,12 +60,12 @@ class StatsConfig:
             bad("oov", OOV_MODES)
         if not 0 < self.cds <= 1:
             bad("cds", "a number in (0, 1]")
-        if self.neg < 1:
-            bad("neg", "a number >= 1")
+        if not (math.isfinite(self.neg) and self.neg >= 1):    # nan and inf were refused only after counting
+            bad("neg", "a finite number >= 1")
         if self.svd_dim < 0:
             bad("svd_dim", "0 (none) or a positive integer")
-        if self.eig < 0:
-            bad("eig", "a number >= 0")
+        if not (math.isfinite(self.eig) and self.eig >= 0):
+            bad("eig", "a finite number >= 0")
         return self
 
 
