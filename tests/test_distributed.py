@@ -38,3 +38,9 @@ def test_dask_backend_address(client):
 def test_dask_backend_needs_client():
     with pytest.raises(ValueError, match="backend='dask' needs client="):
         cooccurrence([[0, 1]], 2, window=1, backend="dask")
+
+
+@pytest.mark.parametrize("n_partitions", [0, -3, 2.5, True])
+def test_dask_backend_refuses_a_bad_n_partitions_by_name(client, n_partitions):
+    with pytest.raises(ValueError, match="n_partitions must be None or a positive integer"):
+        cooccurrence([[0, 1]], 2, window=1, backend="dask", client=client, n_partitions=n_partitions)

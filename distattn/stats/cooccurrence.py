@@ -132,6 +132,9 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
             raise ValueError(f"{name} must be True or False, got {flag!r}")
     if backend not in ("numpy", "dask"):
         raise ValueError(f"backend={backend!r} is not one of ('numpy', 'dask')")
+    if n_partitions is not None and (isinstance(n_partitions, bool) or not isinstance(n_partitions, (int, np.integer))
+                                     or n_partitions < 1):   # 0 raised ZeroDivisionError, -3 was taken as 1 token
+        raise ValueError(f"n_partitions must be None or a positive integer, got {n_partitions!r}")
     ragged, vocab_size, oov_id = as_ragged(docs, vocab_size)
     ids = ragged.ids
     in_vocab = ids[(ids >= 0) & (ids != oov_id)] if oov_id >= 0 else ids[ids >= 0]
