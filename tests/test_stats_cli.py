@@ -167,3 +167,17 @@ def test_non_finite_neg_and_eig_are_refused_before_any_counting(capsys, tmp_path
     corpus.write_text("a b c\n")
     code, out, err = run_cli(["--corpus", "text", "--path", str(corpus), *args], capsys)
     assert code == 2 and message in err and out == ""
+
+
+@pytest.mark.parametrize("damage", [b"", b"PK\x03\x04 truncated"])
+def test_a_damaged_cached_cooccurrence_is_recounted(tmp_path, damage):
+    from distattn.paths import cache_dir
+    (tmp_path / "c.txt").write_text("a b c d a b\nc d e f a\nb c a d e\n")
+    config = StatsConfig(corpus="text", path=str(tmp_path / "c.txt"), split="", window=2)
+    before = set((cache_dir() / "stats").glob("cooc-*.npz"))
+    first = build_statistics(config, progress=False)
+    (entry,) = set((cache_dir() / "stats").glob("cooc-*.npz")) - before
+    entry.write_bytes(damage)        # what a crash before the data reached the disk can leave
+    again = build_statistics(config, progress=False)
+    assert (again.cooc != first.cooc).nnz == 0
+    assert (sp.load_npz(entry) != first.cooc).nnz == 0     # and the entry is written again

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from distattn.corpus.registry import check_corpus_options
 from distattn.paths import cache_dir
 from distattn.stats.cooccurrence import OOV_MODES, WEIGHTINGS, cooccurrence
 from distattn.stats.weighting import ppmi
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -149,9 +153,14 @@ def build_statistics(config: StatsConfig, cache: bool = True, progress: bool = T
                            "oov": config.oov, "format": 1})
         entry = cache_dir() / "stats" / f"cooc-{key}.npz"
         t = time.perf_counter()
+        S = None
         if cache and entry.exists():
-            S = _load_npz(entry)
-        else:
+            try:
+                S = _load_npz(entry)
+            # a damaged entry is recounted, never trusted (a zero-byte file raised EOFError, every run)
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+                log.warning("ignoring damaged co-occurrence cache %s: %s", entry, exc)
+        if S is None:
             S = cooccurrence(enc, window=config.window, weighting=config.weighting, symmetric=config.symmetric,
                              oov=config.oov, n_jobs=n_jobs)
             if cache:
