@@ -169,3 +169,41 @@ def test_empty_inputs_without_vocab_size_are_empty_corpus_errors():
         cooccurrence([[-1, -1]], window=2)
     with pytest.raises(ValueError, match="vocab_size must be a positive integer, got True"):
         cooccurrence([[0, 0]], True, window=2)
+
+
+def _all_pairs(docs, n, window, weighting, symmetric, oov, unk=None):
+    """An independent brute force: every ordered pair of positions (i, j) of a document, i < j."""
+    M = np.zeros((n, n))
+    for doc in docs:
+        toks = [-1 if t == unk else int(t) for t in doc]
+        if oov == "drop":
+            toks = [t for t in toks if t >= 0]
+        for i in range(len(toks)):
+            for j in range(len(toks)):
+                d = j - i
+                if 1 <= d <= window and toks[i] >= 0 and toks[j] >= 0:
+                    w = 1.0 / d if weighting == "harmonic" else 1.0
+                    M[toks[i], toks[j]] += w
+                    if symmetric:
+                        M[toks[j], toks[i]] += w
+    return M
+
+
+@pytest.mark.parametrize("window", [1, 3, 9, 40])           # 9 and 40: wider than every document
+@pytest.mark.parametrize("oov", ["drop", "gap"])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("weighting", ["none", "harmonic"])
+def test_all_pairs_brute_force_with_short_and_empty_documents(window, oov, symmetric, weighting):
+    docs = [[], [3], [0, -1, 1], [2, 2, -1, -1, 0, 3, 1, 2], [-1], [1, 0], []]
+    got = cooccurrence(docs, 4, window=window, weighting=weighting, symmetric=symmetric, oov=oov, chunk_tokens=2)
+    assert_same(got, _all_pairs(docs, 4, window, weighting, symmetric, oov), rtol=1e-15)
+
+
+@pytest.mark.parametrize("oov", ["drop", "gap"])
+def test_encoded_corpus_unk_follows_the_oov_mode(oov):
+    vocab = Vocabulary(["a", "b"])  # <pad>=0 <unk>=1 a=2 b=3
+    docs = [[2, 1, 3, 1, 1, 2], [1], [3, 2]]
+    enc = EncodedCorpus(RaggedIds.from_sequences(docs), vocab, DocumentTable([-1] * 3, [0] * 3, [0] * 3, ["all"]))
+    for window in (1, 2, 6):
+        got = cooccurrence(enc, window=window, weighting="harmonic", oov=oov)
+        assert_same(got, _all_pairs(docs, 4, window, "harmonic", True, oov, unk=1), rtol=1e-15)

@@ -44,3 +44,15 @@ def test_dask_backend_needs_client():
 def test_dask_backend_refuses_a_bad_n_partitions_by_name(client, n_partitions):
     with pytest.raises(ValueError, match="n_partitions must be None or a positive integer"):
         cooccurrence([[0, 1]], 2, window=1, backend="dask", client=client, n_partitions=n_partitions)
+
+
+@pytest.mark.parametrize("n_partitions", [1, 2, 5, 6, 40])     # 6 documents: more partitions than documents
+def test_dask_backend_identical_with_empty_and_surplus_partitions(client, n_partitions):
+    docs = [[], [0, -1, 1, 2], [], [], [3], [2, 2, 0, -1, -1, 1]]
+    for kw in ({"window": 7, "weighting": "harmonic"}, {"window": 2, "symmetric": False, "oov": "gap"},
+               {"window": 3, "per_offset": True, "weighting": "harmonic"}):
+        local = cooccurrence(docs, 4, **kw)
+        remote = cooccurrence(docs, 4, backend="dask", client=client, n_partitions=n_partitions, **kw)
+        for a, b in zip(local, remote) if isinstance(local, list) else [(local, remote)]:
+            assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+            assert np.array_equal(a.data, b.data)
