@@ -181,3 +181,15 @@ def test_a_damaged_cached_cooccurrence_is_recounted(tmp_path, damage):
     again = build_statistics(config, progress=False)
     assert (again.cooc != first.cooc).nnz == 0
     assert (sp.load_npz(entry) != first.cooc).nnz == 0     # and the entry is written again
+
+
+def test_an_svd_dim_as_large_as_the_vocabulary_is_refused_before_counting(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr("distattn.stats.pipeline.cooccurrence",
+                        lambda *a, **k: pytest.fail("counted although --svd-dim cannot fit the vocabulary"))
+    (tmp_path / "c.txt").write_text("a b c d a b\n")          # 4 words + <pad>, <unk>: 6 ids
+    code, out, err = run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--svd-dim", "6",
+                              "--no-cache"], capsys)
+    assert code == 2 and out == ""
+    assert "svd_dim=6 is invalid for a vocabulary of 6 words" in err and "at most 5" in err
+    code, out, err = run_cli(["--corpus", "paper", "--svd-dim", "7"], capsys)
+    assert code == 2 and "svd_dim=7 is invalid for a vocabulary of 7 words" in err

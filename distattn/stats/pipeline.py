@@ -123,6 +123,12 @@ def _load_npz(path: Path) -> sp.csr_array:
     return sp.csr_array(sp.load_npz(path))
 
 
+def _check_svd_dim(svd_dim: int, n_words: int) -> None:
+    if svd_dim >= n_words:
+        raise ValueError(f"svd_dim={svd_dim} is invalid for a vocabulary of {n_words} words; allowed: 0 (none) "
+                         f"or fewer dimensions than words (at most {n_words - 1})")
+
+
 def build_statistics(config: StatsConfig, cache: bool = True, progress: bool = True,
                      n_jobs: int | None = None) -> Statistics:
     """Run the pipeline for ``config``, reusing cached artifacts."""
@@ -135,6 +141,7 @@ def build_statistics(config: StatsConfig, cache: bool = True, progress: bool = T
         S = sp.csr_array(paper.cooc, dtype=np.float64)
         n_docs = n_tokens = 0
         timings["load"] = time.perf_counter() - t0
+        _check_svd_dim(config.svd_dim, len(vocab))
     else:
         kwargs = {"path": config.path} if config.corpus == "text" else \
             {"split": config.split, "data_dir": config.data_dir, "progress": progress}
@@ -147,6 +154,7 @@ def build_statistics(config: StatsConfig, cache: bool = True, progress: bool = T
         vocab = tc.vocabulary(min_count=config.min_count, max_size=config.vocab_size)
         enc = tc.encode(vocab, oov="negative")
         timings["vocabulary"] = time.perf_counter() - t
+        _check_svd_dim(config.svd_dim, len(vocab))     # it failed in the SVD, after the counting
         n_docs, n_tokens = len(tc), tc.n_tokens
         key = config_hash({"tokens": tc.source, "split": config.split, "vocab": vocab.fingerprint(),
                            "window": config.window, "weighting": config.weighting, "symmetric": config.symmetric,
