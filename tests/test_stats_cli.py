@@ -193,3 +193,26 @@ def test_an_svd_dim_as_large_as_the_vocabulary_is_refused_before_counting(capsys
     assert "svd_dim=6 is invalid for a vocabulary of 6 words" in err and "at most 5" in err
     code, out, err = run_cli(["--corpus", "paper", "--svd-dim", "7"], capsys)
     assert code == 2 and "svd_dim=7 is invalid for a vocabulary of 7 words" in err
+
+
+def test_an_undefined_correlation_is_printed_as_null_not_nan(capsys, tmp_path, monkeypatch):
+    """With all cosines (or all human scores) equal the Spearman correlation is NaN, and the summary
+    was printed with a bare NaN, which is not JSON."""
+    import distattn.stats.similarity as similarity
+    from dataclasses import dataclass
+
+    @dataclass
+    class Undefined:
+        spearman: float = float("nan")
+        n_found: int = 3
+
+        def as_dict(self):
+            return {"spearman": self.spearman, "n_found": self.n_found}
+
+    monkeypatch.setattr(similarity, "evaluate_similarity", lambda *a, **k: Undefined())
+    (tmp_path / "c.txt").write_text("a b c a b\nb c a\nc a b c\n" * 3)
+    code, out, err = run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--svd-dim", "2",
+                              "--evaluate", "--no-cache"], capsys)
+    assert code == 0, err
+    summary = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert summary["similarity"]["wordsim353"] == {"spearman": None, "n_found": 3}

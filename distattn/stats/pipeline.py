@@ -1,6 +1,8 @@
 """The statistics pipeline, from a corpus name to cached matrices:
 
-corpus -> tokenized (cached) -> vocabulary -> co-occurrence (cached) -> PPMI -> SVD embeddings (cached)
+corpus -> tokenized (cached) -> vocabulary -> co-occurrence (cached) -> PPMI -> SVD embeddings
+
+(PPMI and the SVD embeddings are recomputed from the cached counts on each run.)
 
 Every cached artifact is keyed by a hash of everything that made it and written atomically.
 """
