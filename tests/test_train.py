@@ -763,3 +763,18 @@ def test_a_model_file_in_place_of_the_checkpoint_is_refused_by_name(tmp_path):
     task = ClassificationTask(ClassificationData(docs, y, max_len=16))
     with pytest.raises(CheckpointMismatchError, match="is not a distattn training checkpoint"):
         Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=8), out_dir=tmp_path).fit()
+
+
+def test_select_on_an_evaluation_set_the_task_lacks_is_refused_before_training(tmp_path):
+    """select_on='val/accuracy' with no 'val' set was refused only after the first epoch had trained
+    (and that epoch was not saved)."""
+    docs, y = toy_docs(16)
+    task = ClassificationTask(ClassificationData(docs, y, max_len=16),
+                              eval_sets={"test": ClassificationData(docs, y, max_len=16)})
+    steps = []
+    trainer = Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=8, select_on="val/accuracy"),
+                      out_dir=tmp_path, callbacks=[lambda tr, step, loss: steps.append(step)])
+    with pytest.raises(ValueError, match=r"select_on='val/accuracy': the task has no evaluation set 'val'; "
+                                         r"its eval_sets are \['test'\]"):
+        trainer.fit()
+    assert steps == [] and not (tmp_path / "checkpoint.pt").exists()
