@@ -7,7 +7,8 @@
     torchrun --nproc_per_node 2 analyses/train_imdb.py lm --out runs/lm_ddp     # DDP (nccl / gloo)
 
 Data: ``DISTATTN_DATA_DIR`` holding ``aclImdb_v1.tar.gz``; the vocabulary is the 30k most frequent
-words of train+unsup, the statistics layer's (``<pad>`` 0, ``<unk>`` 1; test is never counted). Metrics go to ``OUT/metrics.json`` at each epoch;
+words of train+unsup, the statistics layer's (``<pad>`` 0, ``<unk>`` 1; test is never counted). Metrics go to ``OUT/metrics.json`` at each epoch
+(``lm`` also writes ``OUT/test_next_token.json``: perplexity and top-k on test, the projection's metric);
 re-running the same command resumes from ``OUT/checkpoint.pt`` (``mlm``: ``OUT/pretrain/`` and
 ``OUT/finetune/``), written at each epoch's end and, with ``--checkpoint-every N``, every N steps.
 """
@@ -49,7 +50,8 @@ def main():
     ap.add_argument("--seed", type=non_negative_int, default=0)
     ap.add_argument("--max-steps", type=positive_int, default=None)
     ap.add_argument("--limit-docs", type=positive_int, default=None,
-                    help="use a random subset of each split (quick checks)")
+                    help="use a random subset of at most this many documents of each set: train, test, and for "
+                         "lm and mlm the train+unsup training set taken as one (quick checks)")
     args = ap.parse_args()                  # the int types refuse bad counts before the corpus is tokenized
     unused = {"seed": ("layers", "d_model", "heads", "positional", "max_len", "finetune_epochs"),
               "lm": ("finetune_epochs",), "mlm": ()}[args.what]
