@@ -77,6 +77,26 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def jsonable(x: Any) -> Any:
+    """``x`` as plain JSON values: numpy arrays and scalars become lists and Python numbers, paths
+    strings, dict keys strings, and every non-finite float (NaN, inf; inside arrays too) ``None``,
+    so that the JSON is strict (a bare ``NaN`` is refused by strict readers)."""
+    import numpy as np
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist()) if x.dtype.kind == "f" else x.tolist()
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x) if np.isfinite(x) else None
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write JSON atomically."""
     with atomic_path(path) as tmp:

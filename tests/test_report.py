@@ -79,13 +79,13 @@ def test_bank_senses_are_shown_without_models(tmp_path):
 
 
 def test_non_finite_numbers_inside_arrays_become_null_in_metrics_json():
-    """_jsonable turned NaN and inf into null except inside numpy arrays (tolist() was returned
+    """jsonable (once compare.run._jsonable) turned NaN and inf into null except inside numpy arrays (tolist() was returned
     as is): a CKA matrix with a constant kernel wrote a bare NaN into metrics.json, which is not
     JSON (JSON.parse and other strict readers refuse the file)."""
     import numpy as np
 
-    from distattn.compare.run import _jsonable
-    out = _jsonable({"cka": {"matrix": np.array([[1.0, np.nan], [np.inf, 1.0]])}, "ids": np.arange(2)})
+    from distattn.atomic import jsonable
+    out = jsonable({"cka": {"matrix": np.array([[1.0, np.nan], [np.inf, 1.0]])}, "ids": np.arange(2)})
     assert json.dumps(out, allow_nan=False) == '{"cka": {"matrix": [[1.0, null], [null, 1.0]]}, "ids": [0, 1]}'
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from distattn.atomic import ensure_writable_dir, missing_dirs, remove_empty_dirs, write_json
+from distattn.atomic import ensure_writable_dir, jsonable, missing_dirs, remove_empty_dirs, write_json
 from distattn.compare.config import CompareConfig
 from distattn.compare.stages import Data, clamp_rank, load_data, stage_models, stage_projection, stage_statistics
 
@@ -183,7 +183,7 @@ def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache
                                      device, cache)
         metrics["paper"] = paper_reproduction(run_dir)
     timings["total"] = round(time.perf_counter() - t0, 3)
-    write_json(run_dir / "metrics.json", _jsonable(metrics))
+    write_json(run_dir / "metrics.json", jsonable(metrics))
     from distattn.compare.report import write_report
     write_report(run_dir, env, metrics)
     return run_dir
@@ -209,24 +209,6 @@ def _lm_row(name: str, trained) -> dict:
             "top1": nt["top_k_accuracy"]["1"], "top10": nt["top_k_accuracy"]["10"],
             "positions": nt.get("n_predictions"), "oov_targets": nt.get("n_oov_targets"),
             "seconds": trained.metrics.get("train_seconds")}
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist()) if x.dtype.kind == "f" else x.tolist()   # NaN/inf -> null there too
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.floating,)):
-        return None if not np.isfinite(x) else float(x)
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    if isinstance(x, Path):
-        return str(x)
-    return x
 
 
 # --------------------------------------------------------------------------- the paper
@@ -282,12 +264,12 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
                                   "sizes": dataclasses.asdict(sizes),
                                   "models": {n: m.checkpoint.parent.name for n, m in models.items()}})
     if not cache:               # recompute: this run's analysis, never an entry a cached run left there
-        return json.loads(json.dumps(_jsonable(analyse(run_dir, data, stats, models, sizes, device))))
+        return json.loads(json.dumps(jsonable(analyse(run_dir, data, stats, models, sizes, device))))
     if not (d / "analysis.json").exists():
         with atomic_dir(d) as tmp:
             for sub in ("figures", "graphs"):
                 (tmp / sub).mkdir()
-            result = _jsonable(analyse(tmp, data, stats, models, sizes, device))
+            result = jsonable(analyse(tmp, data, stats, models, sizes, device))
             (tmp / "analysis.json").write_text(json.dumps(result))
     for sub in ("figures", "graphs"):
         for f in (d / sub).iterdir():

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
-from distattn.atomic import ensure_writable_dir, missing_dirs, remove_empty_dirs
+from distattn.atomic import ensure_writable_dir, jsonable, missing_dirs, remove_empty_dirs
 from distattn.stats.pipeline import StatsConfig, build_statistics
 
 
@@ -36,17 +35,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     p.add_argument("--jobs", type=int, default=None, help="threads for counting (default: all CPUs)")
     return p
-
-
-def _finite(x):
-    """``x`` with every non-finite float (NaN, inf) replaced by None, for strict JSON."""
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 def main(argv=None) -> int:
@@ -105,7 +93,7 @@ def main(argv=None) -> int:
         except OSError as exc:
             print(f"error: cannot write to --out {args.out!r}: {exc}", file=sys.stderr)
             return 2
-    print(json.dumps(_finite(summary), indent=1))     # strict JSON: an undefined correlation is null, not NaN
+    print(json.dumps(jsonable(summary), indent=1))     # strict JSON: an undefined correlation is null, not NaN
     return 0
 
 
