@@ -180,12 +180,15 @@ def test_huge_unsigned_ids_are_refused_not_read_as_oov(S, fn):
 
 def test_huge_unsigned_ids_in_a_list_of_documents_are_refused_not_read_as_oov(S):
     """A list of uint64 documents went through an int64 cast first, so 2**64 - 1 (0 - 1 in
-    uint64) became -1: silently an OOV token in context_matrices, global_evidences, ..."""
+    uint64) became -1: silently an OOV token in context_matrices, global_evidences, ...
+    (RaggedIds.from_sequences, which every list of documents goes through, refuses it now)."""
     doc = np.array([3, 5, 6], dtype=np.uint64) - np.uint64(4)      # [2**64 - 1, 1, 2]
-    with pytest.raises(ValueError, match=r"documents\[1\] contains ids \[18446744073709551615\] outside"):
+    with pytest.raises(ValueError, match=r"document 1 holds token id 18446744073709551615, beyond int64"):
         context_matrices([np.array([1, 2]), doc], S)
-    with pytest.raises(ValueError, match="outside"):
+    with pytest.raises(ValueError, match="beyond int64"):
         global_evidences([doc], S)
+    with pytest.raises(ValueError, match=r"contains ids \[40\] outside \[0, vocab_size="):   # an ordinary id past V
+        context_matrices([np.array([1, 40], dtype=np.uint64)], S)
 
 
 def test_bad_cooc_raises_clear_errors():
