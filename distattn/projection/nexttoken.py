@@ -150,10 +150,7 @@ def _score_block(block, targets, scale, prior, prior_weight):
     A CPU tensor is scored by the numba kernel below, in one pass and in place (torch's
     log_softmax and comparison would allocate (n, V) temporaries); others where they live."""
     if hasattr(block, "detach") and block.device.type == "cpu":
-        import torch
-
-        block = block.detach()                        # float64 stays float64, as a numpy array does
-        block = (block if block.dtype == torch.float64 else block.float()).numpy()
+        block = _scoring_dtype(block).numpy()
     if hasattr(block, "detach"):                      # a torch tensor on an accelerator: score where it lives
         return _score_block_torch(block, targets, scale, prior, prior_weight)
     x = np.asarray(block)
@@ -168,12 +165,19 @@ def _score_block(block, targets, scale, prior, prior_weight):
     return logp, rank
 
 
+def _scoring_dtype(block):
+    """A torch block detached, in float32, or float64 when given so (as a numpy array keeps it)."""
+    import torch
+
+    block = block.detach()
+    return block if block.dtype == torch.float64 else block.float()
+
+
 def _score_block_torch(block, targets, scale, prior, prior_weight):
     """:func:`_score_block` in torch, on the block's device."""
     import torch
 
-    x = block.detach()
-    x = (x if x.dtype == torch.float64 else x.float()) * scale      # float64 kept, as on the CPU
+    x = _scoring_dtype(block) * scale
     t = torch.as_tensor(targets, device=x.device)
     tc = t.clamp(min=0)[:, None]
     lp = torch.log_softmax(x, dim=-1)

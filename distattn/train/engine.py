@@ -366,11 +366,11 @@ class Trainer:
 
     def _fit(self) -> dict:
         cfg, task = self.config, self.task
-        sets = getattr(task, "eval_sets", None)
-        if cfg.select_on is not None and isinstance(sets, dict) and cfg.select_on.split("/")[0] not in sets:
+        sets, selected = getattr(task, "eval_sets", None), (cfg.select_on or "").split("/")[0]
+        if cfg.select_on is not None and isinstance(sets, dict) and selected not in sets:
             # refused before training (it was refused after the first epoch, whose training was then lost)
-            raise ValueError(f"select_on={cfg.select_on!r}: the task has no evaluation set "
-                             f"{cfg.select_on.split('/')[0]!r}; its eval_sets are {sorted(sets)}")
+            raise ValueError(f"select_on={cfg.select_on!r}: the task has no evaluation set {selected!r}; "
+                             f"its eval_sets are {sorted(sets)}")
         rank, world, local_rank = setup_distributed(cfg.device)
         device = pick_device(cfg.device, local_rank)
         bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
