@@ -216,3 +216,29 @@ def test_an_undefined_correlation_is_printed_as_null_not_nan(capsys, tmp_path, m
     assert code == 0, err
     summary = json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     assert summary["similarity"]["wordsim353"] == {"spearman": None, "n_found": 3}
+
+
+def test_evaluate_counts_no_pair_of_a_word_without_a_vector(capsys, tmp_path):
+    """--evaluate scored pairs of a word whose embedding is all zero (here "love", alone in its
+    documents, never co-occurs) with a cosine of 0 and counted them as found, while the
+    KeyedVectors export (zero rows left out) treats such a word as out of vocabulary."""
+    from distattn.corpus import Vocabulary
+    from distattn.stats.embeddings import SVDEmbeddings
+    from distattn.stats.similarity import evaluate_similarity
+    rng = np.random.default_rng(0)
+    words = ["tiger", "cat", "book", "paper", "computer", "keyboard", "sex", "money", "cash", "bank"]
+    lines = [" ".join(rng.choice(words, size=12)) for _ in range(40)] + ["love"] * 5
+    (tmp_path / "c.txt").write_text("\n".join(lines))
+    code, out, err = run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--window", "3",
+                              "--svd-dim", "4", "--evaluate", "--no-cache", "--out", str(tmp_path / "o")], capsys)
+    assert code == 0, err
+    got = json.loads(out)["similarity"]["wordsim353"]
+    emb = np.load(tmp_path / "o" / "embeddings.npy")
+    itos = Vocabulary.load(tmp_path / "o" / "vocab.json").itos
+    assert not emb[itos.index("love")].any()                     # the word is in the vocabulary, without a vector
+    model = SVDEmbeddings(dim=4)
+    model.vectors_, model.words_ = emb, None
+    kv = model.to_keyed_vectors(itos)
+    assert "love" not in kv.key_to_index
+    want = evaluate_similarity(kv, "wordsim353")
+    assert (got["n_found"], got["spearman"]) == (want.n_found, pytest.approx(want.spearman))

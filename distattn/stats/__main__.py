@@ -79,7 +79,9 @@ def main(argv=None) -> int:
               f"within --window {args.window} of each other", file=sys.stderr)
     if args.evaluate:
         from distattn.stats.similarity import evaluate_similarity
-        words = stats.vocab.itos
+        # a word whose vector is all zero (it never co-occurred) is out of vocabulary, as in the
+        # KeyedVectors export: its pairs scored a cosine of 0 and counted as found
+        words = [w if row.any() else None for w, row in zip(stats.vocab.itos, stats.embeddings)]
         summary["similarity"] = {}
         for name in ("wordsim353", "simlex999"):
             try:
