@@ -778,3 +778,22 @@ def test_select_on_an_evaluation_set_the_task_lacks_is_refused_before_training(t
                                          r"its eval_sets are \['test'\]"):
         trainer.fit()
     assert steps == [] and not (tmp_path / "checkpoint.pt").exists()
+
+
+def test_ddp_token_count_is_the_real_count_summed_over_ranks(tmp_path):
+    """Under DDP summary.tokens was rank 0's real tokens times the world size: with padded classification
+    batches of unequal real length on the two ranks it was not the count one process reports."""
+    script = tmp_path / "tokens_ddp.py"
+    script.write_text(DDP_LOSS_SCRIPT.replace("default_rng(0)", "default_rng(2)"))     # ranks: 263 and 249 tokens
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        str(script), str(tmp_path / "ddp")], env=_run_env(), timeout=180, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ddp = json.loads((tmp_path / "ddp" / "metrics.json").read_text())["summary"]
+    ckpt = torch.load(tmp_path / "ddp" / "checkpoint.pt", weights_only=False)["state"]
+    # the documents the two epochs trained on, each real (unpadded) token once: 4 batches of 8 an epoch
+    rng = np.random.default_rng(2)
+    lengths = np.minimum([len(rng.integers(2, 30, rng.integers(3, 14))) for _ in range(32)], 16)
+    want = int(sum(lengths[b].sum() for e in range(2) for b in epoch_plan(32, 8, epoch=e, seed=0)))
+    assert ddp["world_size"] == 2
+    assert ddp["tokens"] == ckpt["tokens"] == want

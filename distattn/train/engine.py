@@ -417,20 +417,26 @@ class Trainer:
         warm_steps = min(10, max(1, min(steps_per_epoch, total - state.step) // 5))
         steps_here, t_window, tokens_window = 0, None, 0
         run_loss = torch.zeros((), device=device)
+        pending_tokens = 0                              # this process's real tokens since the last flush
         log_tokens, log_t = 0, time.perf_counter()
 
-        def flush_loss():
-            nonlocal run_loss
+        def flush_loss(window_tokens: int = 0) -> int:
+            """Adds the running loss and this process's real tokens since the last flush to ``state``;
+            returns ``window_tokens`` summed over the ranks (the steady-state window's count)."""
+            nonlocal run_loss, pending_tokens
             value = float(run_loss)       # the sync this flush always had; no per-step check is added
             diverged = not math.isfinite(value)
-            mean = value
+            mean, tokens = value, pending_tokens
             if world > 1:                 # every rank flushes here: they stop together (one rank's NaN
                 # step poisons all weights through the all-reduce), and the loss recorded is the mean over
-                # the ranks (it was rank 0's share of each global batch alone)
-                both = torch.tensor([float(diverged), 0.0 if diverged else value], dtype=torch.float64,
-                                    device=device if dist.get_backend() == "nccl" else "cpu")
+                # the ranks (it was rank 0's share of each global batch alone); the token counts ride on the
+                # same all-reduce (they were rank 0's times the world size, not the real count of padded
+                # classification batches)
+                both = torch.tensor([float(diverged), 0.0 if diverged else value, float(tokens), float(window_tokens)],
+                                    dtype=torch.float64, device=device if dist.get_backend() == "nccl" else "cpu")
                 dist.all_reduce(both, op=dist.ReduceOp.SUM)
                 diverged, mean = bool(both[0].item() > 0), both[1].item() / world
+                tokens, window_tokens = int(both[2].item()), int(both[3].item())
             if diverged:                  # refuse before a checkpoint or metrics.json records NaN weights
                 raise FloatingPointError(
                     f"the training loss became {value if not math.isfinite(value) else 'non-finite on another rank'} "
@@ -438,7 +444,9 @@ class Trainer:
                     f"saved since the last checkpoint. Lower lr (now {cfg.lr!r}), set grad_clip (now "
                     f"{cfg.grad_clip!r}) or check the inputs")
             state.loss_sum += mean
-            run_loss = torch.zeros((), device=device)
+            state.tokens += tokens
+            run_loss, pending_tokens = torch.zeros((), device=device), 0
+            return window_tokens
 
         while state.step < total:
             plan = task.plan(cfg.batch_size, state.epoch, cfg.seed, rank, world)
@@ -460,13 +468,13 @@ class Trainer:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 run_loss += loss.detach().float()
-                n_tok = host["n_tokens"] * world
+                n_tok = host["n_tokens"]
                 state.step += 1
                 state.step_in_epoch += 1
                 state.loss_count += 1
-                state.tokens += n_tok
+                pending_tokens += n_tok
                 steps_here += 1
-                log_tokens += n_tok
+                log_tokens += n_tok * world          # the bar's estimate: no collective per logged step
                 if t_window is not None:
                     tokens_window += n_tok
                 if steps_here == warm_steps:
@@ -490,10 +498,10 @@ class Trainer:
             # end of an epoch (or of max_steps)
             sync()
             now = time.perf_counter()
+            window_tokens = flush_loss(tokens_window if t_window is not None else 0)
             if t_window is not None:
-                timing["tokens"] += tokens_window
+                timing["tokens"] += window_tokens
                 timing["seconds"] += now - t_window
-            flush_loss()
             epoch_time = now - t_epoch
             model.eval()
             raw.eval()
