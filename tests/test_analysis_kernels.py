@@ -236,3 +236,27 @@ def test_a_predictor_named_like_a_baseline_is_refused():
         with pytest.raises(ValueError, match="reserved for the baselines"):
             head_agreement([np.full((1, 1, 4, 4), 0.25)], {name: P})
     assert set(attention_agreement(T, {"mine": P})) == {"mine", "uniform", "previous_token"}
+
+
+def test_agreement_inputs_that_are_not_matrices_are_named():
+    """One matrix as a nested list was read as a list of 1-D rows ('got (2,) and (2,)'); a 0-d
+    array ended with numpy's 'iteration over a 0-d array'."""
+    M = [[0.5, 0.5], [0.5, 0.5]]
+    for call in (lambda: agreement_scores(M, M), lambda: attention_agreement(M, M),
+                 lambda: head_agreement([np.full((1, 1, 2, 2), 0.5)], {"p": M})):
+        with pytest.raises(ValueError, match=r"is a nested list of 2 1-D rows, not a list of \(R, R\) matrices; "
+                                             r"pass np\.asarray\(\.\.\.\) for one matrix"):
+            call()
+    z = np.array(0.5)
+    for call in (lambda: agreement_scores(z, z), lambda: attention_agreement(z, z),
+                 lambda: head_agreement([np.full((1, 1, 2, 2), 0.5)], {"p": z})):
+        with pytest.raises(ValueError, match=r"must be one \(R, R\) array, an \(n_seq, R, R\) array or a list of "
+                                             r"\(R_s, R_s\) arrays; got an array of shape \(\)"):
+            call()
+    with pytest.raises(ValueError, match=r"head_patterns must be a list over sequences of \(layers, heads, R, R\) "
+                                         r"arrays or one \(n_seq, layers, heads, R, R\) array; got an array of "
+                                         r"shape \(\)"):
+        head_agreement(z, {"p": [np.eye(2)]})
+    T = [np.full((2, 2), 0.5), np.full((3, 3), 1 / 3)]                  # lists of matrices of several sizes still work
+    assert agreement_scores(T, T).n_rows == 5
+    assert len(head_agreement([t[None, None] for t in T], {"p": T})) == 3

@@ -210,15 +210,22 @@ class AgreementScores:
 
 
 def _sequences(x, name):
-    if isinstance(x, np.ndarray) and x.ndim == 2:
-        return [x]
-    if isinstance(x, np.ndarray) and x.ndim == 3:
-        return list(x)
     if hasattr(x, "dim") and hasattr(x, "detach"):
-        return _sequences(to_numpy(x), name)
+        x = to_numpy(x)
+    if isinstance(x, (np.ndarray, numbers.Number)):     # a 0-d array once ended with "iteration over a 0-d array"
+        x = np.asarray(x)
+        if x.ndim == 2:
+            return [x]
+        if x.ndim == 3:
+            return list(x)
+        raise ValueError(f"{name} must be one (R, R) array, an (n_seq, R, R) array or a list of (R_s, R_s) "
+                         f"arrays; got an array of shape {x.shape}")
     seqs = [to_numpy(s) for s in x]
     if not seqs:
         raise ValueError(f"{name} is empty")
+    if all(s.ndim == 1 for s in seqs):      # one matrix as a nested list was read as R sequences of 1-D rows
+        raise ValueError(f"{name} is a nested list of {len(seqs)} 1-D rows, not a list of (R, R) matrices; "
+                         "pass np.asarray(...) for one matrix, or a list of (R, R) arrays")
     return seqs
 
 
@@ -320,6 +327,9 @@ def head_agreement(head_patterns, predictions, *, causal: bool = False, diagonal
     list of dicts ``{"layer", "head", "predictor", **AgreementScores.to_dict()}``, predictors
     first, then ``"uniform"`` and ``"previous_token"``, for every (layer, head).
     """
+    if isinstance(head_patterns, (np.ndarray, numbers.Number)) and np.ndim(head_patterns) == 0:
+        raise ValueError("head_patterns must be a list over sequences of (layers, heads, R, R) arrays or one "
+                         "(n_seq, layers, heads, R, R) array; got an array of shape ()")   # once "iteration over a 0-d array"
     H = [to_numpy(h) for h in head_patterns]
     if not H:
         raise ValueError("head_patterns is empty")
