@@ -797,3 +797,30 @@ def test_ddp_token_count_is_the_real_count_summed_over_ranks(tmp_path):
     want = int(sum(lengths[b].sum() for e in range(2) for b in epoch_plan(32, 8, epoch=e, seed=0)))
     assert ddp["world_size"] == 2
     assert ddp["tokens"] == ckpt["tokens"] == want
+
+
+class _EpochLengthTask(ClassificationTask):
+    """A custom task whose epochs differ in length: epoch e trains on the first sizes[e] documents."""
+
+    def __init__(self, data, sizes):
+        super().__init__(data)
+        self.sizes = sizes
+
+    def plan(self, batch_size, epoch, seed, rank=0, world=1):
+        n = self.sizes[min(epoch, len(self.sizes) - 1)]
+        return epoch_plan(n, batch_size, epoch=epoch, seed=seed, rank=rank, world=world)
+
+
+@pytest.mark.parametrize("sizes", [(32, 16), (16, 32)])
+def test_epochs_of_different_lengths_train_the_epochs_asked_for(sizes):
+    """The step budget was epochs x the first epoch's length: with a shorter second epoch a third one was
+    trained (and recorded), with a longer one the second stopped half-way yet was recorded as done; the
+    schedule's end was wrong either way."""
+    docs, labels = toy_docs(32)
+    task = _EpochLengthTask(ClassificationData(docs, labels), sizes)
+    out = Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8, warmup_steps=1, schedule="linear",
+                                                 min_lr_ratio=0.5)).fit()
+    steps = [sizes[0] // 8, (sizes[0] + sizes[1]) // 8]
+    assert [h["epoch"] for h in out["history"]] == [1, 2]
+    assert [h["step"] for h in out["history"]] == steps and out["summary"]["steps"] == steps[1]
+    assert out["history"][-1]["lr"] == pytest.approx(3e-4 * (0.5 + 0.5 / (steps[1] - 1)))   # one step from the end

@@ -378,11 +378,15 @@ class Trainer:
 
         raw = _unwrap(self.model).to(device)
         opt = make_optimizer(raw, cfg, device)
-        steps_per_epoch = len(task.plan(cfg.batch_size, 0, cfg.seed, rank, world))
-        if steps_per_epoch == 0:
-            raise ValueError(f"the training data gives no full batch of batch_size={cfg.batch_size}; use a smaller "
-                             f"batch_size or more data")
-        total = cfg.epochs * steps_per_epoch if cfg.max_steps is None else min(cfg.max_steps, cfg.epochs * steps_per_epoch)
+        # every epoch's length: a custom task's epochs may differ (epochs x the first one's length once ran an
+        # extra epoch, or stopped one half-way, and put the schedule's end elsewhere)
+        epoch_steps = [len(task.plan(cfg.batch_size, e, cfg.seed, rank, world)) for e in range(cfg.epochs)]
+        if 0 in epoch_steps:
+            at = "" if epoch_steps[0] == 0 else f" in epoch {epoch_steps.index(0) + 1}"
+            raise ValueError(f"the training data gives no full batch of batch_size={cfg.batch_size}{at}; use a "
+                             f"smaller batch_size or more data")
+        steps_per_epoch = min(epoch_steps)
+        total = sum(epoch_steps) if cfg.max_steps is None else min(cfg.max_steps, sum(epoch_steps))
         if cfg.warmup_steps > total and rank == 0:      # a warning, not an error: short smoke runs of a recipe are fine
             warnings.warn(f"warmup_steps={cfg.warmup_steps} is longer than this run's {total} steps: the learning "
                           f"rate peaks at {total / cfg.warmup_steps:.3g} x lr={cfg.lr!r} and the {cfg.schedule!r} "
