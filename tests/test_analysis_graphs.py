@@ -261,3 +261,11 @@ def test_graph_and_ppmi_helpers_refuse_mismatched_labels_and_nan():
         word_neighbourhood(bad, "bank", words=WORDS)                       # once silently fewer neighbours
     with pytest.raises(ValueError, match="1.0 is not an integer id"):
         word_neighbourhood(P, 1.0)                                         # once "1.0 is a string"
+
+
+def test_a_0d_ppmi_is_named():
+    """word_neighbourhood / sense_communities on a 0-d array once ended with scipy's 'function
+    missing 1 required positional argument: 'shape''."""
+    for call in (word_neighbourhood, sense_communities):
+        with pytest.raises(ValueError, match=r"ppmi must be square \(vocab, vocab\), got shape \(\)"):
+            call(np.array(0.5), 0)

@@ -516,3 +516,11 @@ def test_context_oov_id_out_of_range_is_refused_up_front(S, docs, bad):
         evaluate_next_token(Generic(model), docs, context_oov_id=bad)
     default = evaluate_next_token(Generic(model), docs)
     assert evaluate_next_token(Generic(model), docs, context_oov_id=-1).perplexity == default.perplexity
+
+
+def test_prediction_targets_name_a_0d_array():
+    """prediction_targets(np.array(3)) once ended with numpy's 'iteration over a 0-d array'."""
+    from distattn.projection import prediction_targets
+    with pytest.raises(TypeError, match=r"docs must be a RaggedIds, an \(ids, offsets\) pair or a list of id "
+                                        r"arrays; got a 0-d array"):
+        prediction_targets(np.array(3))

@@ -376,3 +376,10 @@ def test_head_stores_its_factors_as_float64_arrays():
         assert head.rank == 2 and head.vocab_size == 3
         Q, K = np.asarray(q, float)[[0, 2]], np.asarray(k, float)
         np.testing.assert_allclose(multihead_evidence([0, 2], [head]), (Q @ K[[0, 2]].T) @ (Q @ K.T))
+
+
+def test_0d_distributions_are_named():
+    """A 0-d distributions array once ended with scipy's 'function missing 1 required positional
+    argument: 'shape''."""
+    with pytest.raises(ValueError, match=r"distributions must be 2-D \(max_length, vocab_size\); got shape \(\)"):
+        corpus_position_matrix(np.array(0.5), 1)

@@ -176,6 +176,8 @@ def word_neighbourhood(ppmi, word, k: int = 30, words=None, *, include_word: boo
     """
     import networkx as nx
 
+    if not sp.issparse(ppmi) and np.ndim(ppmi) != 2:      # a 0-d array: scipy's "missing argument 'shape'"
+        raise ValueError(f"ppmi must be square (vocab, vocab), got shape {np.shape(ppmi)}")
     P = sp.csr_array(ppmi, dtype=np.float64)
     if P.ndim != 2 or P.shape[0] != P.shape[1]:
         raise ValueError(f"ppmi must be square (vocab, vocab), got shape {P.shape}")

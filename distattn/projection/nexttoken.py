@@ -97,6 +97,8 @@ def prediction_targets(docs) -> tuple[np.ndarray, np.ndarray]:
             raise TypeError(f"a tuple docs must be (ids, offsets); got a tuple of length {len(docs)} "
                             f"(pass several documents as a list)")
         docs = RaggedIds(np.asarray(docs[0]), np.asarray(docs[1]))
+    elif isinstance(docs, np.ndarray) and docs.ndim == 0:       # once numpy's "iteration over a 0-d array"
+        raise TypeError("docs must be a RaggedIds, an (ids, offsets) pair or a list of id arrays; got a 0-d array")
     elif not (hasattr(docs, "ids") and hasattr(docs, "offsets")):
         docs = RaggedIds.from_sequences(docs)
     n = docs.n_tokens

@@ -85,6 +85,8 @@ def corpus_position_matrix(distributions, length: int, *, scale: float = 1.0) ->
     """
     length = _checks.positive_int(length, "length")
     scale = _checks.positive_float(scale, "scale")
+    if not sp.issparse(distributions) and np.ndim(distributions) != 2:   # 0-d: scipy's "missing argument 'shape'"
+        raise ValueError(f"distributions must be 2-D (max_length, vocab_size); got shape {np.shape(distributions)}")
     pi = sp.csr_array(distributions, dtype=np.float64)
     if pi.ndim != 2:
         raise ValueError(f"distributions must be 2-D (max_length, vocab_size); got shape {pi.shape}")
