@@ -824,3 +824,20 @@ def test_epochs_of_different_lengths_train_the_epochs_asked_for(sizes):
     assert [h["epoch"] for h in out["history"]] == [1, 2]
     assert [h["step"] for h in out["history"]] == steps and out["summary"]["steps"] == steps[1]
     assert out["history"][-1]["lr"] == pytest.approx(3e-4 * (0.5 + 0.5 / (steps[1] - 1)))   # one step from the end
+
+
+def test_a_fresh_run_without_save_best_leaves_no_earlier_best_pt(tmp_path):
+    """resume=False started over in out_dir, but a best.pt of the earlier run stayed when the new run kept none:
+    beside the new metrics.json (whose "best" is this run's epoch) it held the other run's weights."""
+    docs, y = toy_docs()
+    task = ClassificationTask(ClassificationData(docs[:48], y[:48], max_len=16),
+                              {"val": ClassificationData(docs[48:], y[48:], max_len=16)})
+    seed_everything(0)
+    Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=16, select_on="val/accuracy", save_best=True),
+            out_dir=tmp_path).fit()
+    assert (tmp_path / "best.pt").exists()
+    seed_everything(1)
+    out = Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=16, lr=1e-3, select_on="val/accuracy",
+                                                 resume=False), out_dir=tmp_path).fit()
+    assert json.loads((tmp_path / "metrics.json").read_text())["best"]["epoch"] == out["best"]["epoch"] == 1
+    assert not (tmp_path / "best.pt").exists()

@@ -317,8 +317,9 @@ class _State:
 class Trainer:
     """Train ``model`` on ``task`` (see :mod:`distattn.train.tasks`) following ``config``.
 
-    ``out_dir`` receives ``checkpoint.pt``, ``metrics.json`` (and ``best.pt``); without it nothing
-    is written. ``callbacks``: functions ``f(trainer, step, loss_tensor)`` called after each step.
+    ``out_dir`` receives ``checkpoint.pt``, ``metrics.json`` (and ``best.pt`` with ``save_best``; without
+    it, a ``best.pt`` an earlier run left there is removed when ``metrics.json`` is written); without
+    ``out_dir`` nothing is written. ``callbacks``: functions ``f(trainer, step, loss_tensor)`` called after each step.
     ``fit()`` returns the summary that ``metrics.json`` also holds.
     """
 
@@ -345,6 +346,11 @@ class Trainer:
                                                        "train_config": self.config.to_dict(),
                                                        "history": state.history, "best": state.best,
                                                        "summary": summary})
+            if not self.config.save_best:
+                # a best.pt left by an earlier run (resume=False starts over) is not this run's: beside this
+                # metrics.json, whose "best" is this run's epoch, it held another run's weights. It goes once
+                # metrics.json no longer describes the run that wrote it, as checkpoint.pt is overwritten
+                (self.out_dir / "best.pt").unlink(missing_ok=True)
 
     def _select(self, state: _State, record: dict, raw: nn.Module, rank: int) -> None:
         if self.config.select_on is None:
