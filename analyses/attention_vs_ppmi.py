@@ -84,6 +84,10 @@ def main(argv=None) -> int:
                          f"{args.max_len}) with one in the vocabulary (--vocab-size {args.vocab_size}); the attention "
                          "views need sequences of at least 2 tokens")
     words, n = stats.words, len(stats.words)
+    regular = words[stats.n_specials:]
+    if len(regular) < 2:                         # once "word_ids must be a 1-D integer array of at least 2 ids"
+        raise ValueError(f"the corpus has {len(regular)} distinct word ({', '.join(map(repr, regular))}) in its "
+                         "vocabulary; the QK-PMI correlation and the kernels need at least 2")
     model = build_model(args.model, n, d_model=args.d_model, n_heads=args.heads, n_layers=args.layers,
                         random_state=args.seed)
     report = {"corpus": stats.name, "vocab_size": n, "model": args.model}

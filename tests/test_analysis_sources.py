@@ -118,6 +118,17 @@ def test_attention_vs_ppmi_names_a_corpus_of_one_token_documents(tmp_path, capsy
     assert capsys.readouterr().out == "" and not (tmp_path / "out").exists()
 
 
+def test_attention_vs_ppmi_names_a_corpus_of_one_distinct_word(tmp_path, capsys):
+    """A corpus whose documents repeat one word once ended with 'word_ids must be a 1-D integer array of
+    at least 2 ids, got array([2])' (an argument the command does not have), after the statistics."""
+    (tmp_path / "one.txt").write_text("hello hello hello\nhello hello\n")
+    with pytest.raises(ValueError, match=r"the corpus has 1 distinct word \('hello'\) in its vocabulary; the QK-PMI "
+                                         r"correlation and the kernels need at least 2"):
+        _script("attention_vs_ppmi").main(["--corpus", "text", "--path", str(tmp_path / "one.txt"),
+                                           "--out", str(tmp_path / "out")])
+    assert capsys.readouterr().out == "" and not (tmp_path / "out").exists()
+
+
 def test_attention_vs_ppmi_skips_a_document_with_no_in_vocabulary_token(tmp_path, capsys):
     """A first line of two rare words (both outside --vocab-size) once ended the run with 'error: token_ids
     has no in-vocabulary token', after section 1 was printed; such a document has nothing to project."""
