@@ -826,6 +826,23 @@ def test_epochs_of_different_lengths_train_the_epochs_asked_for(sizes):
     assert out["history"][-1]["lr"] == pytest.approx(3e-4 * (0.5 + 0.5 / (steps[1] - 1)))   # one step from the end
 
 
+def test_many_epochs_under_a_small_max_steps_plan_only_the_epochs_that_run():
+    """Every epoch's length is planned up front, but only until max_steps is covered: epochs=10_000 with
+    max_steps=3 planned 10,000 epochs before the first step."""
+    docs, labels = toy_docs(32)
+    calls = []
+
+    class Counting(ClassificationTask):
+        def plan(self, batch_size, epoch, seed, rank=0, world=1):
+            calls.append(epoch)
+            return super().plan(batch_size, epoch, seed, rank, world)
+
+    out = Trainer(tiny_classifier(), Counting(ClassificationData(docs, labels)),
+                  quiet(epochs=10_000, batch_size=16, max_steps=3, warmup_steps=1)).fit()
+    assert out["summary"]["steps"] == 3
+    assert max(calls) == 1 and len(calls) <= 4         # epochs 0 and 1 planned, then trained
+
+
 def test_a_fresh_run_without_save_best_leaves_no_earlier_best_pt(tmp_path):
     """resume=False started over in out_dir, but a best.pt of the earlier run stayed when the new run kept none:
     beside the new metrics.json (whose "best" is this run's epoch) it held the other run's weights."""

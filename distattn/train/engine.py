@@ -386,7 +386,12 @@ class Trainer:
         opt = make_optimizer(raw, cfg, device)
         # every epoch's length: a custom task's epochs may differ (epochs x the first one's length once ran an
         # extra epoch, or stopped one half-way, and put the schedule's end elsewhere)
-        epoch_steps = [len(task.plan(cfg.batch_size, e, cfg.seed, rank, world)) for e in range(cfg.epochs)]
+        # (up to max_steps: many epochs under a small max_steps plan only the ones that run)
+        epoch_steps = []
+        for e in range(cfg.epochs):
+            epoch_steps.append(len(task.plan(cfg.batch_size, e, cfg.seed, rank, world)))
+            if epoch_steps[-1] == 0 or (cfg.max_steps is not None and sum(epoch_steps) >= cfg.max_steps):
+                break
         if 0 in epoch_steps:
             at = "" if epoch_steps[0] == 0 else f" in epoch {epoch_steps.index(0) + 1}"
             raise ValueError(f"the training data gives no full batch of batch_size={cfg.batch_size}{at}; use a "
