@@ -242,3 +242,17 @@ def test_evaluate_counts_no_pair_of_a_word_without_a_vector(capsys, tmp_path):
     assert "love" not in kv.key_to_index
     want = evaluate_similarity(kv, "wordsim353")
     assert (got["n_found"], got["spearman"]) == (want.n_found, pytest.approx(want.spearman))
+
+
+def test_help_states_each_options_default_once_and_as_used(monkeypatch):
+    """--help said "--split ... (default: train+test+unsup) (default: None)": the formatter appended
+    the parser's placeholder None after the default the help text already named (also --jobs and
+    --directional), so the help contradicted itself and the README."""
+    from distattn.stats.__main__ import parser
+    monkeypatch.setenv("COLUMNS", "1000")          # one line per option
+    lines = [line for line in parser().format_help().splitlines() if line.lstrip().startswith("--")]
+    assert lines, "no option lines found"
+    for line in lines:
+        assert line.count("(default:") <= 1, line
+    split = next(line for line in lines if line.lstrip().startswith("--split"))
+    assert "(default: train+test+unsup)" in split and "None" not in split

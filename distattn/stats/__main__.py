@@ -11,10 +11,20 @@ from distattn.atomic import ensure_writable_dir, jsonable, missing_dirs, remove_
 from distattn.stats.pipeline import StatsConfig, build_statistics
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: …)`` unless the help already names the default (--split, --jobs,
+    --directional: their parser default is a placeholder, None or False)."""
+
+    def _get_help_string(self, action):
+        if "(default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parser() -> argparse.ArgumentParser:
     d = StatsConfig()
     p = argparse.ArgumentParser(prog="python -m distattn.stats", description=__doc__,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=_DefaultsFormatter)
     p.add_argument("--corpus", default=d.corpus, help="corpus name: imdb, text or paper")
     p.add_argument("--path", default=None, help="with --corpus text: a .txt file, a directory of .txt files, or .jsonl")
     p.add_argument("--split", default=None,
