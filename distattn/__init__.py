@@ -2,7 +2,7 @@
 
 Stages, each importing only from the ones before it::
 
-    corpus -> stats -> (projection, models) -> analysis -> compare
+    corpus -> stats -> (projection, models) -> (train, analysis) -> compare
 
 See README.md for the two commands and ../shared/design.md for the map.
 """
