@@ -117,7 +117,7 @@ def test_text_corpus_run_then_warm_rerun(tmp_path, capsys, monkeypatch):
     (["--corpus", "text"], "--corpus text needs --path"),
     (["--corpus", "paper", "--path", "x.txt"], "conflicting options: --path is only used with --corpus text"),
     (["--corpus", "paper", "--data-dir", "/tmp"], "conflicting options: --data-dir"),
-    (["--corpus", "paper", "--profile", "full", "--device", "cpu"], "conflicting options: --profile full"),
+    (["--corpus", "imdb", "--profile", "full", "--device", "cpu"], "conflicting options: --profile full"),
     (["--corpus", "paper", "--seed", "-1"], "--seed must be an integer from 0 to 4294967295, got -1"),
     (["--corpus", "paper", "--seed", str(2**32)], f"got {2**32}"),
     (["--corpus", "paper", "--max-docs", "3"], "--max-docs must be at least 20 (or omitted), got 3"),
@@ -152,10 +152,10 @@ def test_a_refused_device_and_an_interrupted_run_leave_no_run_directory(tmp_path
 
 def test_full_profile_on_cpu_is_allowed_without_models():
     from distattn.compare.config import CompareConfig
-    cfg = CompareConfig(corpus="paper", profile="full", device="cpu", train_models=False).validate()
+    cfg = CompareConfig(corpus="imdb", profile="full", device="cpu", train_models=False).validate()
     assert cfg.resolved_profile() == "full"
     with pytest.raises(ValueError, match="or add --no-models"):
-        CompareConfig(corpus="paper", profile="full", device="cpu").validate()
+        CompareConfig(corpus="imdb", profile="full", device="cpu").validate()
 
 
 def test_unwritable_output_dir(tmp_path, capsys):
@@ -339,9 +339,22 @@ def test_full_profile_without_a_gpu_is_refused_before_anything_is_written(tmp_pa
     import torch
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: --device auto resolves to it")
-    code, out, err = run_cli(["--corpus", "paper", "--profile", "full", "--out", str(tmp_path / "runs")], capsys)
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl")
+    code, out, err = run_cli(["--corpus", "text", "--path", str(corpus), "--profile", "full", "--out",
+                              str(tmp_path / "runs")], capsys)
     assert code == 2 and "--profile full trains seed-size models and needs a GPU, and none was found" in err
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu"])
+def test_the_paper_corpus_runs_under_any_profile_since_it_trains_nothing(tmp_path, capsys, caplog, device):
+    """--corpus paper --profile full was refused on a machine without a GPU as if it trained seed-size
+    models; it trains nothing, so --profile is one more option it ignores, and says so."""
+    code, out, err = run_cli(["--corpus", "paper", "--profile", "full", "--device", device, "--out",
+                              str(tmp_path / "runs"), "-q"], capsys)
+    assert code == 0, err
+    assert "--profile ignored: --corpus paper" in caplog.text + err
+    assert "river bank flooded -> shore" in out
 
 
 def test_config_json_records_the_paths_it_read_as_absolute(tmp_path, monkeypatch):

@@ -103,7 +103,7 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
     profile = cfg.resolved_profile()
     sizes = cfg.sizes()
     device = pick_device(cfg.device)                 # an unavailable device is refused before anything is written
-    if profile == "full" and device.type == "cpu" and cfg.train_models:     # --device auto on a machine without one
+    if profile == "full" and device.type == "cpu" and cfg.train_models and cfg.corpus != "paper":   # --device auto, no GPU
         raise ValueError("--profile full trains seed-size models and needs a GPU, and none was found (device "
                          f"{cfg.device!r} resolved to cpu); use --profile quick, or add --no-models")
     if cfg.corpus != "paper":                        # the stages are kept there (even with --no-cache: the
@@ -140,7 +140,7 @@ def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache
     metrics: dict = {"profile": profile, "timings_s": timings}
     if cfg.corpus == "paper":
         ignored = [opt for opt, given in (("--max-docs", cfg.max_docs is not None), ("--no-models", not cfg.train_models),
-                                          ("--seed", cfg.seed != 0)) if given]
+                                          ("--seed", cfg.seed != 0), ("--profile", cfg.profile != "auto")) if given]
         if ignored:             # accepted (they are valid options) but they change nothing here: say so
             log.warning("%s ignored: --corpus paper reproduces the paper's fixed toy examples (no data, no "
                         "training)", ", ".join(ignored))
