@@ -399,3 +399,9 @@ def test_top_singular_vectors_and_subspace_alignment_check_the_matrix():
     with pytest.raises(ValueError, match=r"X must be 2-D, got shape \(4,\)"):
         top_singular_vectors(X[0], 1)                       # once "not enough values to unpack"
     assert top_singular_vectors(X, 2).shape == (5, 2)
+
+
+def test_top_frequent_ids_refuses_a_0d_count():
+    """A 0-d array was read as the counts of a one-word vocabulary and gave id 0."""
+    with pytest.raises(ValueError, match=r"counts must be a 1-D array.*got shape \(\)"):
+        top_frequent_ids(np.array(5), 2)

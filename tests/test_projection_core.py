@@ -398,3 +398,9 @@ def test_sparse_input_to_row_normalize_and_softmax_rows_is_memory_checked(monkey
         with pytest.raises(MemoryBudgetError, match=r"sparse \(2000, 2000\) matrix \(dense result\)"):
             fn(big)
     np.testing.assert_allclose(row_normalize(sp.eye_array(3, format="csr")), np.eye(3))   # small ones still work
+
+
+def test_log_softmax_refuses_a_0d_array_as_softmax_rows_does():
+    """A 0-d array came back as shape (1,), a log-probability of 0 for a "vocabulary" of one."""
+    with pytest.raises(ValueError, match=r"logits must have at least one axis.*got shape \(\)"):
+        log_softmax(np.array(0.5))

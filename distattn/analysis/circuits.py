@@ -65,7 +65,7 @@ def top_frequent_ids(counts, n: int, exclude=()) -> np.ndarray:
     co-occurrence matrix or the vocabulary's counts), ties broken by the smaller id; ids in
     ``exclude`` (specials) are skipped."""
     shape = np.shape(counts) if not sp.issparse(counts) else None
-    if shape is None or sum(k > 1 for k in shape) > 1:     # (n,), (n, 1) or (1, n): one count per id
+    if shape is None or not shape or sum(k > 1 for k in shape) > 1:   # (n,), (n, 1) or (1, n): one count per id
         kind = "a scipy.sparse matrix" if shape is None else f"shape {shape}"
         raise ValueError(f"counts must be a 1-D array of per-id counts (e.g. S.sum(axis=1) of a co-occurrence "
                          f"matrix S); got {kind}")

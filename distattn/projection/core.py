@@ -328,6 +328,8 @@ def log_softmax(logits, *, temperature: float = 1.0, axis: int = -1) -> np.ndarr
     (raw-count evidence of 1e4 and more does not overflow)."""
     temperature = _checks.positive_float(temperature, "temperature")
     x = np.asarray(logits, dtype=np.float64) / temperature
+    if x.ndim < 1:          # a 0-d array once came back as shape (1,)
+        raise ValueError(f"logits must have at least one axis, (..., vocab); got shape {x.shape}")
     return x - logsumexp(x, axis=axis, keepdims=True)
 
 
