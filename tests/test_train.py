@@ -858,3 +858,13 @@ def test_a_fresh_run_without_save_best_leaves_no_earlier_best_pt(tmp_path):
                                                  resume=False), out_dir=tmp_path).fit()
     assert json.loads((tmp_path / "metrics.json").read_text())["best"]["epoch"] == out["best"]["epoch"] == 1
     assert not (tmp_path / "best.pt").exists()
+
+
+def test_load_model_names_a_file_with_weights_but_no_model_config(tmp_path):
+    """A file holding "model" weights but neither model_config nor a training fingerprint failed with
+    AttributeError ('NoneType' object has no attribute 'items') when a model was given, TypeError
+    about a 'NoneType' config without one."""
+    torch.save({"model": tiny_classifier().state_dict()}, tmp_path / "weights.pt")
+    for model in (tiny_classifier(), None):
+        with pytest.raises(ValueError, match="weights.pt holds weights but no model config"):
+            load_model(tmp_path / "weights.pt", model)

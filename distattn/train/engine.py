@@ -273,7 +273,11 @@ def load_model(path, model: nn.Module | None = None) -> nn.Module:
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise ValueError(f"{path} is not a distattn model file or checkpoint")
-    stored = ckpt.get("model_config") or ckpt.get("fingerprint", {}).get("model")
+    fingerprint = ckpt.get("fingerprint")
+    stored = ckpt.get("model_config") or (fingerprint.get("model") if isinstance(fingerprint, dict) else None)
+    if not isinstance(stored, dict):        # a bare {"model": state_dict}: None once reached check_fingerprint
+        raise ValueError(f"{path} holds weights but no model config (neither 'model_config' nor a training "
+                         f"fingerprint), so the model cannot be built or checked; write it with save_model")
     if model is None:
         from distattn.models import build_model
         model = build_model(stored)
