@@ -868,3 +868,29 @@ def test_load_model_names_a_file_with_weights_but_no_model_config(tmp_path):
     for model in (tiny_classifier(), None):
         with pytest.raises(ValueError, match="weights.pt holds weights but no model config"):
             load_model(tmp_path / "weights.pt", model)
+
+
+@pytest.mark.parametrize("select_on", ["val/loss", "val/accuracy"])
+def test_a_nan_selected_metric_does_not_stay_the_best_epoch(tmp_path, select_on):
+    """NaN compares False with everything: an epoch-1 value of NaN stayed "best" (and best.pt its weights)
+    whatever the later epochs scored."""
+    docs, y = toy_docs(32)
+
+    class NaNFirst(ClassificationTask):
+        calls = 0
+
+        def evaluate(self, model, device, autocast=None):
+            NaNFirst.calls += 1
+            out = super().evaluate(model, device)
+            if NaNFirst.calls == 1:
+                out["val"] = {k: float("nan") for k in out["val"]}
+            return out
+
+    task = NaNFirst(ClassificationData(docs, y, max_len=16), {"val": ClassificationData(docs, y, max_len=16)})
+    out = Trainer(tiny_classifier(), task, quiet(epochs=3, batch_size=16, select_on=select_on, save_best=True),
+                  out_dir=tmp_path).fit()
+    values = [h["eval"]["val"][select_on.split("/")[1]] for h in out["history"]]
+    assert np.isnan(values[0]) and np.isfinite(values[1:]).all()
+    pick = min if select_on == "val/loss" else max
+    assert out["best"]["epoch"] == 2 + values[1:].index(pick(values[1:]))
+    assert out["best"]["value"] == pick(values[1:])

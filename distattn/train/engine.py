@@ -365,7 +365,10 @@ class Trainer:
                              f"{ {k: sorted(v) for k, v in record['eval'].items()} }")
         value = record["eval"][name][metric]
         better = (lambda a, b: a > b) if metric in ("accuracy", "top1", "top10") else (lambda a, b: a < b)
-        if state.best is None or better(value, state.best["value"]):
+        # a NaN compares False with everything: a NaN best stayed best for good, so any number replaces it
+        # (and a NaN never replaces a number)
+        stale = state.best is None or (state.best["value"] != state.best["value"] and value == value)
+        if stale or better(value, state.best["value"]):
             state.best = {"epoch": record["epoch"], "value": value, "eval": record["eval"]}
             if self.config.save_best and self.out_dir is not None and rank == 0:
                 save_model(raw, self.out_dir / "best.pt")
