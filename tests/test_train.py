@@ -894,3 +894,35 @@ def test_a_nan_selected_metric_does_not_stay_the_best_epoch(tmp_path, select_on)
     pick = min if select_on == "val/loss" else max
     assert out["best"]["epoch"] == 2 + values[1:].index(pick(values[1:]))
     assert out["best"]["value"] == pick(values[1:])
+
+
+def test_an_eval_batch_without_a_target_leaves_the_lm_loss_finite():
+    """A model whose loss is torch's mean cross-entropy (NaN over no target) made an eval batch whose targets
+    were all ignored (OOV) turn the set's loss into NaN (float(loss) * 0); such a batch is skipped now."""
+    import torch.nn.functional as F
+    from distattn.models import MaskedLM, MaskedLMConfig
+    from distattn.train import MaskedLMData, MaskedLMTask
+
+    class TorchMeanLM(TransformerLM):
+        def forward(self, ids, targets=None, capture=False):
+            logits = super().forward(ids)
+            return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
+
+    class TorchMeanMLM(MaskedLM):
+        def forward(self, ids, positions=None, targets=None, capture=False):
+            logits, _ = super().forward(ids, positions, targets)
+            return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
+
+    rng = np.random.default_rng(0)
+    docs = [np.full(20, -1), rng.integers(2, V, 40)]           # the first sequences' targets: all OOV
+    data = LMData(RaggedIds.from_sequences(docs), seq_len=8, oov_id=1)
+    assert (data.batch([0])["targets"] < 0).all()
+    torch.manual_seed(0)
+    lm = TorchMeanLM(LMConfig(vocab_size=V, d_model=16, n_heads=2, n_layers=1, max_len=8))
+    got = LMTask(data, {"val": data}, eval_batch_size=1).evaluate(lm, torch.device("cpu"))["val"]
+    assert np.isfinite(got["loss"]) and got["n_tokens"] == int((data.targets_stream[1:8 * len(data) + 1] >= 0).sum())
+    mdata = MaskedLMData(RaggedIds.from_sequences(docs), seq_len=8, mask_id=V, oov_id=1)
+    assert (mdata.batch([0])["targets"] < 0).all()
+    mlm = TorchMeanMLM(MaskedLMConfig(vocab_size=V + 1, d_model=16, n_heads=2, n_layers=1, max_len=8))
+    got = MaskedLMTask(mdata, {"val": mdata}, eval_batch_size=1).evaluate(mlm, torch.device("cpu"))["val"]
+    assert np.isfinite(got["loss"]) and got["n_tokens"] > 0

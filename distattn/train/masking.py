@@ -153,10 +153,12 @@ class MaskedLMTask(LMTask):
             total, correct, count = 0.0, 0, 0
             for start in range(0, n, self.eval_batch_size):
                 b = to_device(data.batch(np.arange(start, min(n, start + self.eval_batch_size))), device)
-                with autocast():
-                    logits, loss = model(b["ids"], b["positions"], b["targets"])
                 keep = b["targets"] >= 0
                 k = int(keep.sum())
+                if k == 0:              # no masked token to score (see LMTask.evaluate)
+                    continue
+                with autocast():
+                    logits, loss = model(b["ids"], b["positions"], b["targets"])
                 total += float(loss) * k
                 correct += int((logits.argmax(-1) == b["targets"])[keep].sum())
                 count += k

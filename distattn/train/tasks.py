@@ -176,9 +176,11 @@ class LMTask:
             total, count = 0.0, 0
             for start in range(0, n, self.eval_batch_size):
                 b = to_device(data.batch(np.arange(start, min(n, start + self.eval_batch_size))), device)
+                k = int((b["targets"] >= 0).sum())
+                if k == 0:              # no target (all OOV): a model's mean loss over none may be NaN, and NaN * 0 is NaN
+                    continue
                 with autocast():
                     _, loss = _logits_and_loss(model, model(b["ids"], b["targets"]))
-                k = int((b["targets"] >= 0).sum())
                 total += float(loss) * k
                 count += k
             mean = total / max(count, 1)
