@@ -203,13 +203,16 @@ def test_checkpoint_frequency_is_runtime_only(tmp_path):
     again = Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8, checkpoint_every=1), out_dir=tmp_path).fit()
     assert again["summary"]["steps"] == first["summary"]["steps"] == 4 and again["summary"]["tokens"] == \
         first["summary"]["tokens"]
-    assert again["summary"]["steady_tokens_per_s"] is None              # resumed: nothing was trained again
+    # resumed: nothing was trained again, the measured throughput is the first run's
+    assert again["summary"]["steady_tokens_per_s"] == first["summary"]["steady_tokens_per_s"] is not None
+    assert again["summary"]["timing_from_an_earlier_process"] is True
     ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     assert "checkpoint_every" not in ckpt["fingerprint"]["train"]
     ckpt["fingerprint"]["train"]["checkpoint_every"] = 0               # as older checkpoints hold it
     torch.save(ckpt, tmp_path / "checkpoint.pt")
     old = Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8, checkpoint_every=3), out_dir=tmp_path).fit()
-    assert old["summary"]["steps"] == 4 and old["summary"]["steady_tokens_per_s"] is None
+    assert old["summary"]["steps"] == 4 and old["summary"]["steady_tokens_per_s"] == \
+        first["summary"]["steady_tokens_per_s"]
     load_checkpoint(tmp_path / "checkpoint.pt", tiny_classifier(),
                     {"train": quiet(epochs=2, batch_size=8, checkpoint_every=5).to_dict()} | {
                         "model": Trainer(tiny_classifier(), task, quiet()).fingerprint()["model"]})
@@ -926,3 +929,19 @@ def test_an_eval_batch_without_a_target_leaves_the_lm_loss_finite():
     mlm = TorchMeanMLM(MaskedLMConfig(vocab_size=V + 1, d_model=16, n_heads=2, n_layers=1, max_len=8))
     got = MaskedLMTask(mdata, {"val": mdata}, eval_batch_size=1).evaluate(mlm, torch.device("cpu"))["val"]
     assert np.isfinite(got["loss"]) and got["n_tokens"] > 0
+
+
+def test_rerunning_a_finished_run_keeps_its_measured_throughput(tmp_path):
+    """A finished run resumed (nothing left to train) rewrote metrics.json with steady_tokens_per_s None and
+    this process's near-zero wall time: the throughput the real run measured was lost. The earlier
+    figures stay, labelled as an earlier process's."""
+    docs, y = toy_docs(32)
+    task = ClassificationTask(ClassificationData(docs, y, max_len=16))
+    first = Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8), out_dir=tmp_path).fit()["summary"]
+    assert first["steady_tokens_per_s"] is not None and "timing_from_an_earlier_process" not in first
+    for _ in range(2):                                          # and again: the figures are carried on
+        again = Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8), out_dir=tmp_path).fit()["summary"]
+        written = json.loads((tmp_path / "metrics.json").read_text())["summary"]
+        assert again == written
+        assert again["timing_from_an_earlier_process"] is True
+        assert {k: v for k, v in again.items() if k != "timing_from_an_earlier_process"} == first

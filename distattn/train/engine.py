@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import json
 import math
 import numbers
 import os
@@ -553,8 +554,24 @@ class Trainer:
             bar.close()
         raw.eval()
         summary = self._summary(state, timing, time.perf_counter() - t_start, device, bf16, world)
+        if steps_here == 0:
+            summary = self._earlier_timing(summary)
         self._metrics(state, summary, rank)
         return {"history": state.history, "best": state.best, "summary": summary}
+
+    def _earlier_timing(self, summary: dict) -> dict:
+        """``summary`` of a process that trained no step (a finished run run again): the timing of the
+        process that trained, from the earlier metrics.json, labelled as such (it was rewritten as
+        ``steady_tokens_per_s`` None and this process's near-zero wall time, and the measured figures were lost)."""
+        path = None if self.out_dir is None else self.out_dir / "metrics.json"
+        try:
+            earlier = json.loads(path.read_text())["summary"]
+        except (AttributeError, OSError, ValueError, KeyError, TypeError):
+            return summary
+        if not isinstance(earlier, dict) or earlier.get("steps") != summary["steps"]:
+            return summary
+        keys = ("steady_tokens_per_s", "wall_seconds_this_process", "device", "bf16", "world_size", "compile")
+        return {**summary, **{k: earlier[k] for k in keys if k in earlier}, "timing_from_an_earlier_process": True}
 
     def _summary(self, state, timing, wall, device, bf16, world) -> dict:
         return {"steps": state.step, "epochs_done": state.epoch, "tokens": state.tokens,
