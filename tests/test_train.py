@@ -945,3 +945,44 @@ def test_rerunning_a_finished_run_keeps_its_measured_throughput(tmp_path):
         assert again == written
         assert again["timing_from_an_earlier_process"] is True
         assert {k: v for k, v in again.items() if k != "timing_from_an_earlier_process"} == first
+
+
+DDP_UNEVEN_SCRIPT = textwrap.dedent("""
+    import sys, numpy as np, torch
+    torch.set_num_threads(1)
+    from distattn.models import TransformerLM, LMConfig
+    from distattn.train import LMData, LMTask, Trainer, TrainConfig, seed_everything, setup_distributed
+    out = sys.argv[1]
+    rank, world, _ = setup_distributed("cpu")
+
+    class Uneven(LMTask):                  # rank 1 plans one batch fewer in the second epoch
+        def plan(self, batch_size, epoch, seed, rank=0, world=1):
+            p = super().plan(batch_size, epoch, seed, rank, world)
+            return p[:-1] if rank == 1 and epoch == 1 else p
+
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(2, 30, rng.integers(5, 20)) for _ in range(40)]
+    seed_everything(0)
+    model = TransformerLM(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2, max_len=8))
+    cfg = TrainConfig(epochs=2, batch_size=8, lr=3e-3, device="cpu", progress=False, quiet=True)
+    try:
+        Trainer(model, Uneven(LMData(docs, seq_len=8)), cfg, out_dir=out + "/run").fit()
+    except ValueError as exc:
+        open(f"{out}/rank{rank}.err", "w").write(str(exc))
+        raise
+""")
+
+
+def test_ddp_ranks_whose_plans_differ_in_length_are_refused_before_training(tmp_path):
+    """A custom task giving one rank fewer batches than another mismatched the processes' collectives
+    (gloo aborted mid-run: "Received data size doesn't match expected size"; nccl can hang); the
+    planned step counts are compared once before training and refused on every rank, naming them."""
+    script = tmp_path / "uneven_ddp.py"
+    script.write_text(DDP_UNEVEN_SCRIPT)
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        str(script), str(tmp_path)], env=_run_env(), timeout=180, capture_output=True, text=True)
+    assert r.returncode != 0
+    for rank in (0, 1):
+        assert (tmp_path / f"rank{rank}.err").read_text().startswith(
+            "the ranks plan different numbers of steps: rank 0 16, rank 1 15 in all; rank 0 8, rank 1 7 in epoch 2.")
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()            # refused before the first step

@@ -305,6 +305,36 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "module", model)
 
 
+def _check_same_plans(epoch_steps: list, max_steps: int | None, world: int, device: torch.device) -> None:
+    """Under DDP every rank must take the same steps in each epoch: a custom task whose plans differed in
+    length between the ranks mismatched the processes' collectives (gloo aborted mid-run, nccl can hang).
+    Two small collectives, once before training."""
+    left = sum(epoch_steps) if max_steps is None else min(max_steps, sum(epoch_steps))
+    steps = []                          # the steps each epoch takes within the run's budget
+    for n in epoch_steps:
+        steps.append(min(n, left))
+        left -= steps[-1]
+        if left == 0:
+            break
+    on = device if dist.get_backend() == "nccl" else "cpu"
+    size = torch.tensor([len(steps)], dtype=torch.int64, device=on)
+    dist.all_reduce(size, op=dist.ReduceOp.MAX)
+    mine = torch.full((int(size.item()),), -1, dtype=torch.int64, device=on)
+    mine[:len(steps)] = torch.tensor(steps, dtype=torch.int64)
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    plans = [[int(n) for n in t.tolist() if n >= 0] for t in every]
+    if any(p != plans[0] for p in plans):
+        e = next(i for i in range(int(size.item())) if len({tuple(p[i:i + 1]) for p in plans}) > 1)
+        raise ValueError(f"the ranks plan different numbers of steps: "
+                         f"{', '.join(f'rank {r} {sum(p)}' for r, p in enumerate(plans))} in all; "
+                         f"{', '.join(f'rank {r} {p[e] if e < len(p) else 0}' for r, p in enumerate(plans))} in "
+                         f"epoch {e + 1}. Under "
+                         f"DDP every process must take as many steps in each epoch (the task's plan(batch_size, "
+                         f"epoch, seed, rank, world) must give each rank as many batches), else their collectives "
+                         f"mismatch")
+
+
 # -- the trainer ---------------------------------------------------------------------------------
 
 @dataclass
@@ -400,6 +430,8 @@ class Trainer:
             epoch_steps.append(len(task.plan(cfg.batch_size, e, cfg.seed, rank, world)))
             if epoch_steps[-1] == 0 or (cfg.max_steps is not None and sum(epoch_steps) >= cfg.max_steps):
                 break
+        if world > 1:       # before the refusal below, which then comes on every rank
+            _check_same_plans(epoch_steps, cfg.max_steps, world, device)
         if 0 in epoch_steps:
             at = "" if epoch_steps[0] == 0 else f" in epoch {epoch_steps.index(0) + 1}"
             raise ValueError(f"the training data gives no full batch of batch_size={cfg.batch_size}{at}; use a "
