@@ -986,3 +986,23 @@ def test_ddp_ranks_whose_plans_differ_in_length_are_refused_before_training(tmp_
         assert (tmp_path / f"rank{rank}.err").read_text().startswith(
             "the ranks plan different numbers of steps: rank 0 16, rank 1 15 in all; rank 0 8, rank 1 7 in epoch 2.")
     assert not (tmp_path / "run" / "checkpoint.pt").exists()            # refused before the first step
+
+
+def test_save_and_load_model_see_through_a_ddp_wrapper(tmp_path):
+    """save_model unwrapped a DistributedDataParallel model for its weights but not for its config: the file
+    held {"class": "DistributedDataParallel"}, so load_model(path) could not build the model, and loading
+    into a wrapped model was refused as another configuration."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        lm = TransformerLM(LMConfig(vocab_size=V, d_model=16, n_heads=2, n_layers=1, max_len=8))
+        wrapped = torch.nn.parallel.DistributedDataParallel(lm)
+        save_model(wrapped, tmp_path / "m.pt")
+        assert torch.load(tmp_path / "m.pt", weights_only=False)["model_config"] == lm.config.to_dict()
+        back = load_model(tmp_path / "m.pt")
+        assert isinstance(back, TransformerLM) and torch.equal(back.lm_head.weight, lm.lm_head.weight)
+        other = TransformerLM(LMConfig(vocab_size=V, d_model=16, n_heads=2, n_layers=1, max_len=8))
+        load_model(tmp_path / "m.pt", torch.nn.parallel.DistributedDataParallel(other))
+        assert torch.equal(other.lm_head.weight, lm.lm_head.weight)
+    finally:
+        dist.destroy_process_group()

@@ -229,6 +229,7 @@ def make_optimizer(model: nn.Module, config: TrainConfig, device: torch.device) 
 
 
 def _model_config(model: nn.Module) -> dict:
+    model = _unwrap(model)          # a DDP wrapper has no config: its files held {"class": "DistributedDataParallel"}
     cfg = getattr(model, "config", None)
     return cfg.to_dict() if hasattr(cfg, "to_dict") else {"class": type(model).__name__}
 
