@@ -398,3 +398,22 @@ def test_state_dict_round_trip_and_max_len(positional, make):
         with pytest.raises(ValueError, match="longer than max_len=10"):
             a(torch.ones(1, 11, dtype=torch.long), capture=True)
 
+
+def test_load_trunk_takes_a_trunk_whose_default_ffn_width_equals_the_explicit_one():
+    """d_ff=None means 4·d_model: a pretrained LM with the default and a classifier that names the
+    same width (seed_classifier_config always does) have identical shapes."""
+    torch.manual_seed(0)
+    src = TransformerLM(LMConfig(vocab_size=23, d_model=8, n_layers=2, n_heads=2, max_len=10)).eval()
+    for d_ff in (32, None):
+        cfg = ClassifierConfig(vocab_size=23, d_model=8, n_layers=2, n_heads=2, d_ff=d_ff, max_len=10, norm="pre",
+                               activation="gelu", causal=True, bias=False, padding_idx=None)
+        model = TransformerClassifier(cfg).eval()
+        model.load_trunk(src)
+        ids = torch.tensor([[3, 5, 7, 9]])
+        with torch.no_grad():
+            assert torch.equal(model.trunk(ids), src.trunk(ids))
+    wider = TransformerClassifier(ClassifierConfig(vocab_size=23, d_model=8, n_layers=2, n_heads=2, d_ff=16,
+                                                   max_len=10, norm="pre", activation="gelu", causal=True,
+                                                   bias=False, padding_idx=None))
+    with pytest.raises(ValueError, match="d_ff"):
+        wider.load_trunk(src)

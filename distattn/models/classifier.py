@@ -117,8 +117,10 @@ class TransformerClassifier(nn.Module):
                 mine = self.config.trunk_config()
                 keys = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "positional", "norm", "activation",
                         "bias", "mlp", "causal")
-                diff = {k: (getattr(src_cfg, k), getattr(mine, k)) for k in keys
-                        if getattr(src_cfg, k) != getattr(mine, k)}
+                # d_ff=None means 4·d_model: compare the widths the trunks were built with
+                value = lambda cfg, k: cfg.ff_width if k == "d_ff" else getattr(cfg, k)
+                diff = {k: (value(src_cfg, k), value(mine, k)) for k in keys
+                        if value(src_cfg, k) != value(mine, k)}
                 if diff:
                     raise ValueError(f"pretrained trunk does not match this classifier: {diff} "
                                      f"(pretrained, classifier)")
