@@ -417,3 +417,16 @@ def test_load_trunk_takes_a_trunk_whose_default_ffn_width_equals_the_explicit_on
                                                    bias=False, padding_idx=None))
     with pytest.raises(ValueError, match="d_ff"):
         wider.load_trunk(src)
+
+
+def test_position_tables_refuse_a_sequence_longer_than_max_len_by_name():
+    """A bare attention layer (or position table) built for max_len 5 said 'The size of tensor a (7) must
+    match the size of tensor b (5)' for 7 positions."""
+    from distattn.models.positional import AbsolutePositions
+    attn = MultiHeadSelfAttention(8, 2, positional="rope", max_len=5)
+    with pytest.raises(ValueError, match="sequence length 7 is longer than max_len=5"):
+        attn(torch.randn(1, 7, 8))
+    assert attn(torch.randn(1, 5, 8)).shape == (1, 5, 8)
+    for kind in ("learned", "sinusoidal"):
+        with pytest.raises(ValueError, match="sequence length 7 is longer than max_len=5"):
+            AbsolutePositions(kind, 5, 8)(torch.randn(1, 7, 8))

@@ -25,6 +25,13 @@ IN_ATTENTION = ("relative", "rope")           # applied inside each attention la
 __all__ = ["POSITIONAL", "sinusoidal_table", "AbsolutePositions", "Rotary", "RelativePositions"]
 
 
+def _check_length(T: int, max_len: int) -> None:
+    """A table sized for ``max_len`` positions cannot place ``T`` > max_len (torch said only that two sizes differ)."""
+    if T > max_len:
+        raise ValueError(f"sequence length {T} is longer than max_len={max_len}; truncate the input or build "
+                         f"the model with max_len >= {T}")
+
+
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
     """The (max_len, d_model) sinusoidal table of Vaswani et al. (odd d: the last cos column is dropped)."""
     for name, value in (("max_len", max_len), ("d_model", d_model)):
@@ -53,6 +60,7 @@ class AbsolutePositions(nn.Module):
             raise ValueError(f"AbsolutePositions kind must be one of {ADDITIVE}; got {kind!r}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_length(x.shape[1], self.table.shape[0])
         return x + self.table[: x.shape[1]].to(x.dtype)
 
 
@@ -71,6 +79,7 @@ class Rotary(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         T = x.shape[-2]
+        _check_length(T, self.cos.shape[0])
         cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
         x1, x2 = x.chunk(2, dim=-1)
         return x * cos + torch.cat([-x2, x1], dim=-1) * sin
