@@ -430,3 +430,21 @@ def test_position_tables_refuse_a_sequence_longer_than_max_len_by_name():
     for kind in ("learned", "sinusoidal"):
         with pytest.raises(ValueError, match="sequence length 7 is longer than max_len=5"):
             AbsolutePositions(kind, 5, 8)(torch.randn(1, 7, 8))
+
+
+def test_factored_matrix_indexes_its_head_axes_only():
+    """qk[0, [1, 0]] indexed the inner axis of B with the row index: with a 2-dim inner axis it silently
+    returned A[0, [1, 0]] @ B[0, [1, 0]], not rows 1 and 0 of head 0 (other row indexes: 'index 3 is out of
+    bounds for dimension 0 with size 2')."""
+    from distattn.models import FactoredMatrix
+    torch.manual_seed(0)
+    A, B = torch.randn(2, 5, 2), torch.randn(2, 2, 6)
+    F = FactoredMatrix(A, B)
+    for index in ((0, [1, 0]), (0, [3, 1]), (0, slice(1, 3)), (Ellipsis, 0), (0, 1, 2)):
+        with pytest.raises(IndexError, match="head axes"):
+            F[index]
+    for index in (1, -1, slice(0, 2), [1, 0], torch.tensor([True, False]), (1,)):
+        assert torch.allclose(F[index].to_dense(), (A @ B)[index])
+    assert torch.allclose(F[1].rows([1, 0]), (A @ B)[1, [1, 0]])
+    deep = FactoredMatrix(torch.randn(3, 2, 5, 2), torch.randn(3, 2, 2, 6))
+    assert torch.allclose(deep[2, 1].to_dense(), (deep.A @ deep.B)[2, 1])

@@ -56,6 +56,13 @@ class FactoredMatrix:
         """Index the leading (head) axes: ``qk[h]`` is head h's (m, n) factored matrix."""
         if self.A.dim() == 2:
             raise IndexError("this FactoredMatrix has no leading axis to index; use rows()")
+        # an index reaching the matrix axes would take A's rows and B's *inner* rows alike: a wrong product
+        lead = self.A.dim() - 2
+        parts = index if isinstance(index, tuple) else (index,)
+        used = sum(p.dim() if isinstance(p, torch.Tensor) and p.dtype == torch.bool else 1 for p in parts)
+        if used > lead or any(p is Ellipsis or p is None for p in parts):
+            raise IndexError(f"a FactoredMatrix of shape {self.shape} indexes its {lead} head axes only; got "
+                             f"{index!r}: take matrix rows with rows(), e.g. qk[h].rows(ids)")
         return FactoredMatrix(self.A[index], self.B[index])
 
     @property
