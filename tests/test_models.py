@@ -109,6 +109,18 @@ def test_classifier_pools_only_real_tokens():
     assert ((p > 0) & (p < 1)).all()
 
 
+def test_predict_proba_runs_in_evaluation_mode_and_restores_the_mode():
+    """A model left in training mode (as after model.train()) gave predict_proba a fresh dropout draw
+    at each call: two calls on the same batch disagreed."""
+    m = tiny_classifier(dropout=0.5, head_dropout=0.5)
+    ids, mask = batch()
+    want = m.predict_proba(ids, mask)               # eval mode (tiny_classifier returns it in eval)
+    m.train()
+    torch.manual_seed(0)
+    got = m.predict_proba(ids, mask)
+    assert torch.equal(got, want) and m.training
+
+
 # -- capture and the two attention paths ----------------------------------------------------------
 
 @pytest.mark.parametrize("positional", POSITIONAL)

@@ -100,7 +100,14 @@ class TransformerClassifier(nn.Module):
 
     @torch.no_grad()
     def predict_proba(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return torch.sigmoid(self(ids, attention_mask).float())
+        """Positive-class probabilities, computed in evaluation mode (no dropout; a model in training
+        mode once gave a different answer at each call); the model's mode is restored after."""
+        was_training = self.training
+        self.eval()
+        try:
+            return torch.sigmoid(self(ids, attention_mask).float())
+        finally:
+            self.train(was_training)
 
     def load_trunk(self, source: nn.Module | dict, strict: bool = True) -> None:
         """Copy trunk weights from a pretrained model (one with a ``trunk``) or a trunk state_dict.
