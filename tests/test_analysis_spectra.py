@@ -405,3 +405,15 @@ def test_top_frequent_ids_refuses_a_0d_count():
     """A 0-d array was read as the counts of a one-word vocabulary and gave id 0."""
     with pytest.raises(ValueError, match=r"counts must be a 1-D array.*got shape \(\)"):
         top_frequent_ids(np.array(5), 2)
+
+
+def test_factored_indexing_past_the_head_axes_is_refused():
+    """F[0, [1, 0]] indexed right's inner axis with the row index too: with an inner dim of 2 it
+    returned left[0, [1, 0]] @ right[0, [1, 0]], a wrong matrix, without an error."""
+    g = np.random.default_rng(0)
+    F = FactoredMatrix(g.standard_normal((3, 4, 2)), g.standard_normal((3, 2, 5)))
+    assert F[1].shape == (4, 5) and F[[0, 2]].shape == (2, 4, 5)
+    np.testing.assert_allclose(F[np.array([True, False, True])].to_dense(), F.to_dense()[[0, 2]], atol=1e-12)
+    for bad in [(0, [1, 0]), (0, 1), (Ellipsis, 0), (None,)]:
+        with pytest.raises(IndexError, match="indexes its 1 head axes only"):
+            F[bad]

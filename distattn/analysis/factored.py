@@ -99,6 +99,13 @@ class FactoredMatrix:
         if self.ndim == 2:
             raise IndexError("this FactoredMatrix has no leading axis to index; use rows(), entry() or "
                              "submatrix() to read entries")
+        # an index reaching the matrix axes would take left's rows and right's *inner* rows alike: a wrong product
+        lead = self.ndim - 2
+        parts = index if isinstance(index, tuple) else (index,)
+        used = sum(np.ndim(p) if isinstance(p, np.ndarray) and p.dtype == bool else 1 for p in parts)
+        if used > lead or any(p is Ellipsis or p is None for p in parts):
+            raise IndexError(f"a FactoredMatrix of shape {self.shape} indexes its {lead} head axes only; got "
+                             f"{index!r}: read entries with rows(), entry() or submatrix()")
         return FactoredMatrix(self.left[index], self.right[index])
 
     @property
