@@ -577,3 +577,27 @@ def test_a_query_with_no_key_gives_the_same_output_on_the_capture_path(positiona
         handle.remove()
     torch.testing.assert_close(explicit, fast)
     assert not seen[0][1].any() and torch.allclose(seen[0][0].sum(-1), torch.ones(2, 4))
+
+
+def test_configs_take_numpy_scalars_and_store_python_types():
+    """vocab_size=ids.max() + 1 (a numpy integer) was refused by every model config ("must be an
+    integer >= 1; got np.int64(50)"), and a float32 dropout as not a number; both are accepted now and
+    stored as Python types, so the config is JSON and matches one built from Python numbers."""
+    import json
+    from distattn.models import MaskedLM, MaskedLMConfig
+    kw = dict(vocab_size=np.int64(V), d_model=np.int32(16), n_heads=np.int64(4), n_layers=np.int64(2),
+              max_len=np.int64(12), dropout=np.float32(0.25), tie_weights=np.bool_(True))
+    plain = {k: v.item() for k, v in kw.items()}
+    for cls, cfg_cls, extra in [(TransformerLM, LMConfig, {}), (MaskedLM, MaskedLMConfig, {"mask_id": np.int64(V - 1)})]:
+        model = cls(cfg_cls(**kw, **extra))
+        d = model.config.to_dict()
+        assert json.loads(json.dumps(d)) == d
+        assert d == cls(cfg_cls(**plain, **{k: v.item() for k, v in extra.items()})).config.to_dict()
+        assert type(model.config.vocab_size) is int and type(model.config.dropout) is float
+    clf = TransformerClassifier(seed_classifier_config(vocab_size=np.int64(V), d_model=np.int64(16), max_len=12,
+                                                       head_hidden=np.int64(8), head_dropout=np.float32(0.5)))
+    assert clf.config.ff_width == 64 and type(clf.config.head_hidden) is int
+    assert json.dumps(clf.config.to_dict())
+    att = ProjectionMatchedLM(AttentionOnlyConfig(vocab_size=np.int64(V), d_model=np.int64(16), max_len=12,
+                                                  bias=np.bool_(False)))
+    assert json.dumps(att.config.to_dict())

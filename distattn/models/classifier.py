@@ -41,9 +41,9 @@ class ClassifierConfig(TransformerConfig):
 
     def validate(self) -> "ClassifierConfig":
         super().validate()
-        _probability(self.head_dropout, "head_dropout")
+        self.head_dropout = _probability(self.head_dropout, "head_dropout")
         if self.head_hidden is not None:
-            _positive_int(self.head_hidden, "head_hidden")        # 0 was silently read as "the default"
+            self.head_hidden = _positive_int(self.head_hidden, "head_hidden")        # 0 was silently read as "the default"
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}; got {self.pooling!r}")
         return self
@@ -62,7 +62,7 @@ def seed_classifier_config(vocab_size: int = 30_000, **overrides) -> ClassifierC
     ``overrides`` replace any field; the FFN width and the head's hidden width follow ``d_model``
     (4d and d/2) unless ``d_ff`` or ``head_hidden`` is given too."""
     d = overrides.get("d_model", 256)
-    _positive_int(d, "d_model")
+    d = _positive_int(d, "d_model")
     base = dict(vocab_size=vocab_size, d_model=d, n_layers=2, n_heads=4, d_ff=4 * d, max_len=256, dropout=0.1,
                 attn_dropout=0.0, embed_dropout=0.0,
                 positional="learned", norm="post", activation="relu", causal=False, bias=True, mlp=True,

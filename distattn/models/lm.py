@@ -70,7 +70,7 @@ class LMConfig(TransformerConfig):
 
     def validate(self) -> "LMConfig":
         super().validate()
-        _flag(self.tie_weights, "tie_weights")
+        self.tie_weights = _flag(self.tie_weights, "tie_weights")
         if not self.causal:
             raise ValueError("a language model must be causal; got causal=False")
         return self
@@ -138,12 +138,12 @@ class AttentionOnlyConfig:
 
     def validate(self) -> "AttentionOnlyConfig":
         for name in ("vocab_size", "d_model", "n_heads", "max_len"):
-            _positive_int(getattr(self, name), name)
+            setattr(self, name, _positive_int(getattr(self, name), name))
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         _choice(self.positional, "positional", POSITIONAL)
-        _flag(self.bias, "bias")
-        _flag(self.residual, "residual")
+        self.bias = _flag(self.bias, "bias")
+        self.residual = _flag(self.residual, "residual")
         return self
 
     def to_dict(self) -> dict:

@@ -36,11 +36,11 @@ class MaskedLMConfig(LMConfig):
 
     def validate(self) -> "MaskedLMConfig":
         TransformerConfig.validate(self)
-        _flag(self.tie_weights, "tie_weights")
+        self.tie_weights = _flag(self.tie_weights, "tie_weights")
         if self.causal:
             raise ValueError("a masked LM attends both ways; got causal=True (use LMConfig for a causal LM)")
         if self.mask_id is not None:
-            _positive_int(self.mask_id, "mask_id")
+            self.mask_id = _positive_int(self.mask_id, "mask_id")
             if self.mask_id >= self.vocab_size:
                 raise ValueError(f"mask_id={self.mask_id} must be < vocab_size={self.vocab_size} "
                                  f"(reserve one id for [MASK]: vocab_size = len(vocab) + 1)")

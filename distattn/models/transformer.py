@@ -31,19 +31,23 @@ def _choice(value, name, allowed):
         raise ValueError(f"{name} must be one of {allowed}; got {value!r}")
 
 
-def _positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+def _positive_int(value, name) -> int:
+    """``value`` as a Python int (a numpy integer such as ``ids.max() + 1`` was refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+    return int(value)
 
 
-def _flag(value, name):
+def _flag(value, name) -> bool:
     if not isinstance(value, (bool, np.bool_)):      # causal="false" is a non-empty string: it was True
         raise ValueError(f"{name} must be True or False; got {value!r}")
+    return bool(value)
 
 
-def _probability(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+def _probability(value, name) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
         raise ValueError(f"{name} must be a number in [0, 1); got {value!r}")
+    return float(value)
 
 
 @dataclass
@@ -76,15 +80,15 @@ class TransformerConfig:
 
     def validate(self) -> "TransformerConfig":
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
-            _positive_int(getattr(self, name), name)
+            setattr(self, name, _positive_int(getattr(self, name), name))
         if self.d_ff is not None:
-            _positive_int(self.d_ff, "d_ff")
+            self.d_ff = _positive_int(self.d_ff, "d_ff")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
-        _probability(self.dropout, "dropout")
+        self.dropout = _probability(self.dropout, "dropout")
         for name in ("attn_dropout", "embed_dropout"):
             if getattr(self, name) is not None:
-                _probability(getattr(self, name), name)
+                setattr(self, name, _probability(getattr(self, name), name))
         _choice(self.positional, "positional", POSITIONAL)
         _choice(self.norm, "norm", NORMS)
         _choice(self.activation, "activation", ACTIVATIONS)
@@ -93,12 +97,14 @@ class TransformerConfig:
             raise ValueError(f"positional='rope' needs an even head dimension; got d_model/n_heads="
                              f"{self.d_model // self.n_heads}")
         for name in ("causal", "bias", "mlp"):
-            _flag(getattr(self, name), name)
+            setattr(self, name, _flag(getattr(self, name), name))
         if self.padding_idx is not None and (isinstance(self.padding_idx, bool)
                                              or not isinstance(self.padding_idx, numbers.Integral)
                                              or not 0 <= self.padding_idx < self.vocab_size):
             raise ValueError(f"padding_idx must be None or in [0, vocab_size={self.vocab_size}); "
                              f"got {self.padding_idx!r}")
+        if self.padding_idx is not None:
+            self.padding_idx = int(self.padding_idx)
         return self
 
     @property
