@@ -7,9 +7,9 @@ import scipy.sparse as sp
 
 from distattn.corpus.ragged import RaggedIds
 from distattn.projection import (ProjectionPredictor, association_profiles, attention_weights, context_matrices,
-                                 context_matrix, global_evidence, global_evidences, log_softmax, masked_attention,
-                                 next_token_distribution, row_normalize, scaled_softmax, selector, softmax_rows,
-                                 vocabulary_evidence)
+                                 context_matrix, evaluate_next_token, global_evidence, global_evidences, log_softmax,
+                                 masked_attention, next_token_distribution, row_normalize, scaled_softmax, selector,
+                                 softmax_rows, vocabulary_evidence)
 
 V = 40
 
@@ -404,3 +404,20 @@ def test_log_softmax_refuses_a_0d_array_as_softmax_rows_does():
     """A 0-d array came back as shape (1,), a log-probability of 0 for a "vocabulary" of one."""
     with pytest.raises(ValueError, match=r"logits must have at least one axis.*got shape \(\)"):
         log_softmax(np.array(0.5))
+
+
+@pytest.mark.parametrize("device", [None, "cpu"])
+def test_causal_row_normalisation_refuses_signed_weights_on_every_path(device):
+    """Norm(M) has no meaning for signed scores (a PMI with negative entries): the numpy path
+    refused them, but the torch path (``device=``) divided by signed prefix sums and scored the
+    result as a perplexity."""
+    rng = np.random.default_rng(0)
+    signed = rng.normal(size=(10, 10))
+    signed = signed + signed.T
+    docs = [rng.integers(0, 10, 8) for _ in range(3)]
+    model = ProjectionPredictor(normalization="row", device=device).fit(signed)
+    with pytest.raises(ValueError, match="normalization='row' needs non-negative weights"):
+        evaluate_next_token(model, docs)
+    with pytest.raises(ValueError, match="normalization='row' needs non-negative weights"):
+        model.next_token_logits(docs[0])
+

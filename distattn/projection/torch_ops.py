@@ -250,6 +250,8 @@ def torch_causal_weights(M: torch.Tensor, normalization: str = "none", *,
     if normalization == "none":
         return torch.cumsum(M, 1) * lower
     if normalization == "row":
+        if M.numel() and M.min() < 0:
+            raise ValueError(f"normalization='row' needs non-negative weights; the minimum is {M.min().item()!r}")
         prefix = torch.cumsum(M, 2).transpose(1, 2)                     # [t, r]
         zero = (prefix == 0) & lower
         W = torch.where(lower & ~zero, 1.0 / torch.where(prefix == 0, torch.ones_like(prefix), prefix),
