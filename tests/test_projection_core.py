@@ -421,3 +421,11 @@ def test_causal_row_normalisation_refuses_signed_weights_on_every_path(device):
     with pytest.raises(ValueError, match="normalization='row' needs non-negative weights"):
         model.next_token_logits(docs[0])
 
+
+def test_softmax_rows_of_a_float32_sparse_matrix_is_float64():
+    """The docstring promises float64; a float32 sparse input came back float32 (and was computed
+    in float32), where the same values given dense came back float64."""
+    x = np.array([[1.0, 2.0, 0.0], [0.0, 3.0, 4.0]], dtype=np.float32)
+    got = softmax_rows(sp.csr_array(x), temperature=0.3)
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, softmax_rows(x, temperature=0.3))

@@ -177,7 +177,7 @@ def softmax_rows(scores, *, temperature: float = 1.0) -> np.ndarray:
     temperature = _checks.positive_float(temperature, "temperature")
     if sp.issparse(scores):
         check_memory(16.0 * np.prod(scores.shape), f"softmax_rows of a sparse {scores.shape} matrix (dense result)")
-    x = scores.toarray() if sp.issparse(scores) else np.asarray(scores, dtype=np.float64)
+    x = scores.toarray().astype(np.float64, copy=False) if sp.issparse(scores) else np.asarray(scores, dtype=np.float64)
     if x.ndim < 1 or x.shape[-1] == 0:
         raise ValueError(f"scores must have shape (..., cols) with at least one column; got shape {x.shape}")
     if np.isnan(x).any() or np.isposinf(x).any():
