@@ -209,3 +209,18 @@ def test_the_scorers_check_their_matrix_at_the_boundary(make, message):
                   lambda: Asymmetric(np.ones((V, 2)), np.ones((V, 2)), vocab_size=V, device="cpu", S=bad)):
         with pytest.raises(ValueError, match=message):
             build()
+
+
+def test_the_positional_scorer_names_a_document_longer_than_its_distributions():
+    """A document reaching past the positions π covers fell over in an IndexError from inside the
+    index arithmetic (a device-side assert on CUDA); it is refused with the lengths, as
+    CorpusPositional refuses it, and documents within the distributions still score."""
+    from distattn.projection import positional_distributions
+    from distattn.projection.device_scorers import Positional
+    V = 10
+    pi = positional_distributions([np.arange(5), np.arange(3)], V, 5)
+    model = Positional(_random_csr(V, density=0.5, seed=4, symmetric=True), pi, 1.0, vocab_size=V, device="cpu")
+    report = evaluate_next_token(model, [np.arange(5), np.array([1, 2])], vocab_size=V)
+    assert report.n_predictions == 5 and np.isfinite(report.mean_nll)
+    with pytest.raises(ValueError, match=r"position 6 .*cover 5 positions.*max_length >= 7"):
+        evaluate_next_token(model, [np.arange(3), np.arange(7)], vocab_size=V)

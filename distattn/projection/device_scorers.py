@@ -224,6 +224,11 @@ class Positional(CausalProjection):
         import torch
 
         from distattn.projection.torch_ops import _context, torch_causal_weights
+        last = int(pos.max()) if pos.numel() else -1
+        if last >= self.PS.shape[0]:        # else an IndexError deep in the gathers (a device-side assert on CUDA)
+            raise ValueError(f"a document has a token at position {last} (counting from 0); the positional "
+                             f"distributions cover {self.PS.shape[0]} positions (recompute positional_distributions "
+                             f"with max_length >= {last + 1}, or truncate the documents)")
         known = ids >= 0
         k = ids.clamp(min=0)
         M = _context(self.csr, ids)
