@@ -224,3 +224,22 @@ def test_the_positional_scorer_names_a_document_longer_than_its_distributions():
     assert report.n_predictions == 5 and np.isfinite(report.mean_nll)
     with pytest.raises(ValueError, match=r"position 6 .*cover 5 positions.*max_length >= 7"):
         evaluate_next_token(model, [np.arange(3), np.arange(7)], vocab_size=V)
+
+
+def test_the_positional_scorer_takes_dense_distributions_as_corpus_positional_does():
+    """π as a dense array (CorpusPositional and corpus_position_matrix take "sparse or array-like")
+    failed with AttributeError: 'numpy.ndarray' object has no attribute 'toarray'."""
+    from distattn.projection import positional_distributions
+    from distattn.projection.device_scorers import Positional
+    V = 10
+    S = _random_csr(V, density=0.5, seed=4, symmetric=True)
+    pi = positional_distributions([np.arange(6), np.arange(3)], V, 6)
+    docs = [np.arange(6), np.array([1, 2, 9])]
+    want = evaluate_next_token(Positional(S, pi, 0.5, vocab_size=V, device="cpu"), docs, vocab_size=V,
+                               return_scores=True)[1]
+    for dense in (pi.toarray(), pi.toarray().tolist()):
+        got = evaluate_next_token(Positional(S, dense, 0.5, vocab_size=V, device="cpu"), docs, vocab_size=V,
+                                  return_scores=True)[1]
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match=r"distributions must have shape \(max_length, vocab_size=10\)"):
+        Positional(S, pi.toarray()[:, :9], 0.5, vocab_size=V, device="cpu")

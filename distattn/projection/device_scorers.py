@@ -15,6 +15,7 @@ import hashlib
 import warnings
 
 import numpy as np
+import scipy.sparse as sp
 
 from distattn.projection import _checks
 from distattn.projection.nexttoken import _score_block
@@ -213,6 +214,10 @@ class Positional(CausalProjection):
         super().__init__(vocab_size, device, **kw)
         S = _matrix(S, vocab_size)
         self.csr = _torch_csr(S, device)
+        pi = sp.csr_array(pi, dtype=np.float64)           # sparse or array-like, as CorpusPositional takes it
+        if pi.ndim != 2 or pi.shape[1] != vocab_size:
+            raise ValueError(f"distributions must have shape (max_length, vocab_size={vocab_size}); got {pi.shape}")
+        _checks.finite(pi, "distributions")
         P = torch.as_tensor(pi.toarray() * scale, dtype=torch.float32, device=device)         # (Lmax, V)
         St = _torch_sparse(S, device)
         Stt = _torch_sparse(_matrix(S.T, vocab_size), device)
