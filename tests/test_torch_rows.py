@@ -211,6 +211,20 @@ def test_the_scorers_check_their_matrix_at_the_boundary(make, message):
             build()
 
 
+@pytest.mark.parametrize("W_Q, W_K, message", [
+    (np.ones((39, 2)), np.ones((39, 2)), r"vocab_size=40, r\); got \(39, 2\)"),
+    (np.ones((40, 2)), np.ones((40, 3)), r"got \(40, 2\) and \(40, 3\)"),
+    (np.ones(40), np.ones(40), r"got \(40,\)"),
+    (np.full((40, 2), np.nan), np.ones((40, 2)), "W_Q must be finite"),
+])
+def test_the_asymmetric_scorer_checks_its_factors_at_the_boundary(W_Q, W_K, message):
+    """W_Q and W_K of the wrong shape surfaced later as a torch error inside the scoring (or, with
+    fewer rows than the vocabulary, as an index error only for documents holding the missing ids)."""
+    from distattn.projection.device_scorers import Asymmetric
+    with pytest.raises(ValueError, match=message):
+        Asymmetric(W_Q, W_K, vocab_size=40, device="cpu")
+
+
 def test_the_positional_scorer_names_a_document_longer_than_its_distributions():
     """A document reaching past the positions π covers fell over in an IndexError from inside the
     index arithmetic (a device-side assert on CUDA); it is refused with the lengths, as

@@ -262,8 +262,16 @@ class Asymmetric(CausalProjection):
     def __init__(self, W_Q, W_K, vocab_size, device, S=None, attention_temperature=1.0, **kw):
         import torch
         super().__init__(vocab_size, device, **kw)
+        shapes = [tuple(np.shape(W_Q)), tuple(np.shape(W_K))]
+        if len(shapes[0]) != 2 or shapes[0] != shapes[1] or shapes[0][0] != vocab_size:
+            # a mismatch surfaced later as a torch shape or index error inside the scoring
+            raise ValueError(f"W_Q and W_K must both have shape (vocab_size={vocab_size}, r); got {shapes[0]} "
+                             f"and {shapes[1]}")
         self.WQ = torch.as_tensor(W_Q, dtype=torch.float32, device=device)
         self.WK = torch.as_tensor(W_K, dtype=torch.float32, device=device)
+        for name, W in (("W_Q", self.WQ), ("W_K", self.WK)):
+            if not bool(torch.isfinite(W).all()):
+                raise ValueError(f"{name} must be finite; it holds NaN or inf")
         self.csr = None if S is None else _torch_csr(_matrix(S, vocab_size), device)
         self.tau_att = attention_temperature
 
