@@ -207,7 +207,12 @@ class Symmetric(CausalProjection):
 
 
 class Positional(CausalProjection):
-    """M' = (Q+P) S (Q+P)ᵀ, A = Norm(M'), values (Q+P) S, P[r] = λ π_r (absolute positions)."""
+    """M' = (Q+P) S (Q+P)ᵀ, A = Norm(M'), values (Q+P) S, P[r] = λ π_r (absolute positions).
+
+    An OOV token drops out entirely, as in the other scorers: its row and column of M' and its value
+    row are zero, its position's P row included. :func:`~distattn.projection.positional_context_matrix`
+    keeps an OOV token's P row instead (its position exists, its Q row is zero), so the two agree on
+    in-vocabulary documents only."""
 
     def __init__(self, S, pi, scale, vocab_size, device, **kw):
         import torch
