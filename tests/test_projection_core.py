@@ -429,3 +429,18 @@ def test_softmax_rows_of_a_float32_sparse_matrix_is_float64():
     got = softmax_rows(sp.csr_array(x), temperature=0.3)
     assert got.dtype == np.float64
     np.testing.assert_array_equal(got, softmax_rows(x, temperature=0.3))
+
+
+def test_given_weights_leave_an_oov_tokens_evidence_row_zero():
+    """The module promises zero rows of E at OOV positions; with weights= given, an OOV position's
+    row of the caller's weights leaked into E (E[r] = Σ_s A[r, s] S[id_s])."""
+    rng = np.random.default_rng(0)
+    S = rng.random((6, 6))
+    ids = np.array([1, -1, 3, 4])
+    W = rng.random((4, 4))
+    E = vocabulary_evidence(ids, S, weights=W)
+    assert not E[1].any()
+    want = W[[0, 2, 3]][:, [0, 2, 3]] @ S[[1, 3, 4]]          # known rows, known columns
+    np.testing.assert_allclose(E[[0, 2, 3]], want, rtol=1e-12)
+    assert not vocabulary_evidence(np.array([1, 2, 3]), S, weights=W[:3, :3], unk_id=2)[1].any()
+    np.testing.assert_allclose(global_evidence(ids, S, weights=W), E[[0, 2, 3]].mean(axis=0), rtol=1e-12)

@@ -266,6 +266,8 @@ def _attention_for(S, ids, normalization, zero_rows, attention_temperature, weig
         raise ValueError(f"weights must have shape (length, length) = {(ids.size, ids.size)}; got {A.shape}")
     A = A.toarray().astype(np.float64, copy=False) if sp.issparse(A) else A
     _checks.finite(A, "weights")
+    if not known.all():     # an OOV token's row of A is zero, as with the library's own A (given rows once leaked into E)
+        A = A * known[:, None]
     return A
 
 
