@@ -627,6 +627,11 @@ SIZES = {
 }
 
 
+PARTS = {"seed": part_seed, "lm": part_lm, "mfu": part_mfu, "best": part_best, "seedvar": part_seedvar,
+         "seedsplit": part_seedsplit}           # in the order --part all runs them
+ROW_LETTERS = tuple("ABCDEFGHI")               # part_best's rows, by the letter their names start with
+
+
 def parse_overrides(items: list[str], sizes: dict) -> dict:
     """``["pre_epochs=12", ...]`` → ``{"pre_epochs": 12}``: known keys only, JSON values of the
     same kind as the default (lists stand for tuples)."""
@@ -676,6 +681,13 @@ def main():
     ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="override one size of the profile, e.g. --set pre_epochs=12 (repeatable; recorded in info)")
     args = ap.parse_args()
+    parts = list(PARTS) if args.part == "all" else args.part.split(",")
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:             # refused now: a KeyError once came only after the parts before it had run
+        raise SystemExit(f"--part: unknown part(s) {unknown}; known: {', '.join(PARTS)} (a comma list) or all")
+    unknown = [r for r in args.rows.split(",") if r not in ROW_LETTERS] if args.rows else []
+    if unknown:             # an unknown letter ran no row, silently
+        raise SystemExit(f"--rows: unknown row(s) {unknown}; rows are letters A-I, comma-separated (e.g. F,I)")
     args.out = Path(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     args.runs = Path(args.runs) if args.runs else args.out / "runs"
@@ -692,10 +704,8 @@ def main():
     log(json.dumps(info))
     data = load_data(args.prep, args.smoke)
     info["vocab_from"] = data["vocab_from"]
-    parts = ["seed", "lm", "mfu", "best", "seedvar", "seedsplit"] if args.part == "all" else args.part.split(",")
     for part in parts:
-        fn = {"seed": part_seed, "lm": part_lm, "best": part_best, "mfu": part_mfu, "seedvar": part_seedvar,
-              "seedsplit": part_seedsplit}[part]
+        fn = PARTS[part]
         t = time.perf_counter()
         result = fn(data, args, device)
         result["part_wall_seconds"] = time.perf_counter() - t

@@ -191,3 +191,19 @@ def test_a_pretraining_that_fails_to_compile_is_retried_without_compile(tmp_path
     _main(monkeypatch, "--part", "lm", "--smoke", "--set", "compile=true", "--prep", str(prep), "--out", str(out))
     engine = json.loads((out / "lm.json").read_text())["engine"]
     assert engine["compile"] is False and engine["tokens_per_s"] > 0 and (out / "runs" / "lm4_nocompile").is_dir()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--part", "seed,seedspilt"], r"--part: unknown part\(s\) \['seedspilt'\]; known: .*seedsplit"),
+    (["--part", "best", "--rows", "FI"], r"--rows: unknown row\(s\) \['FI'\]; rows are letters A-I"),
+    (["--part", "best", "--rows", "F, I"], r"--rows: unknown row\(s\) \[' I'\]"),
+])
+def test_a_misspelt_part_or_row_is_refused_before_anything_runs(tmp_path, monkeypatch, argv, message):
+    """A typo in ``--part`` failed with a KeyError only after the parts before it had run (on the lent
+    machine, their minutes); one in ``--rows`` ran no row at all and still wrote a best.json."""
+    prep, out = _tiny_prep(tmp_path / "prep.npz"), tmp_path / "out"
+    ran = []
+    monkeypatch.setattr(bench_models, "load_data", lambda *a: ran.append(a))
+    with pytest.raises(SystemExit, match=message):
+        _main(monkeypatch, *argv, "--smoke", "--prep", str(prep), "--out", str(out))
+    assert ran == [] and not out.exists()          # nor was the runs directory emptied
