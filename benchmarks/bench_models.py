@@ -58,6 +58,7 @@ from distattn.train import (ClassificationData, ClassificationTask, LMData, LMTa
 from distattn.train.recipes import classifier_from_lm, finetune_config, lm_train_config, seed_train_config
 
 H100_BF16_PEAK = 989e12
+DEFAULT_PREP = ".gpu/prep/imdb_prep.npz"
 T0 = time.perf_counter()
 
 
@@ -73,6 +74,7 @@ def load_data(prep: str | None, smoke: bool) -> dict:
         arrays = {k: z[k] for k in z.files}
         log(f"loaded prepared arrays from {prep}")
     else:
+        log(f"no prepared arrays at {prep}: building them from the IMDB corpus")
         sys.path.insert(0, str(Path(__file__).parent))
         from prepare_imdb import build_arrays
         arrays = build_arrays(256, log=log)
@@ -669,7 +671,8 @@ def main():
                                                   "default all")
     ap.add_argument("--out", default="runs/bench_models")
     ap.add_argument("--runs", default="", help="checkpoints and per-run metrics (default OUT/runs)")
-    ap.add_argument("--prep", default=".gpu/prep/imdb_prep.npz")
+    ap.add_argument("--prep", default=None, help=f"prepared arrays (benchmarks/prepare_imdb.py); default {DEFAULT_PREP}, "
+                                                 "built from the IMDB corpus when that file is absent")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, to check the code paths on a CPU")
     ap.add_argument("--budget-s", type=float, default=1e9, help="skip remaining 'best' rows after this many seconds")
     ap.add_argument("--variants", action="store_true", help=argparse.SUPPRESS)
@@ -685,6 +688,12 @@ def main():
     unknown = [p for p in parts if p not in PARTS]
     if unknown:             # refused now: a KeyError once came only after the parts before it had run
         raise SystemExit(f"--part: unknown part(s) {unknown}; known: {', '.join(PARTS)} (a comma list) or all")
+    if args.prep is not None and not Path(args.prep).is_file():
+        # it fell back to building the arrays from the corpus: no archive there gave "IMDB archive not
+        # found" without naming this path; with one, minutes spent on 256-d vectors
+        raise SystemExit(f"--prep {args.prep}: no such file; make it with `python benchmarks/prepare_imdb.py --out "
+                         f"{args.prep}` (carry its folder to the device machine), or leave --prep out")
+    args.prep = args.prep or DEFAULT_PREP
     unknown = [r for r in args.rows.split(",") if r not in ROW_LETTERS] if args.rows else []
     if unknown:             # an unknown letter ran no row, silently
         raise SystemExit(f"--rows: unknown row(s) {unknown}; rows are letters A-I, comma-separated (e.g. F,I)")

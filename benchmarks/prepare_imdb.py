@@ -10,7 +10,8 @@ tokenizer, vocabulary and data splits as the statistics layer"; test is never se
 * ``words``: the vocabulary, one word per line; ``vocab_from``: the splits it was counted on.
 
 The file lets a GPU machine skip tokenization and the SVD (about two minutes on two cores);
-``bench_models.py`` rebuilds the same arrays from the corpus when the file is absent.
+``bench_models.py`` rebuilds the same arrays from the corpus when the default file is absent (a
+``--prep`` naming no file is refused).
 
     python benchmarks/prepare_imdb.py --out .gpu/prep/imdb_prep.npz
 """

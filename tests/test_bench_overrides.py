@@ -207,3 +207,18 @@ def test_a_misspelt_part_or_row_is_refused_before_anything_runs(tmp_path, monkey
     with pytest.raises(SystemExit, match=message):
         _main(monkeypatch, *argv, "--smoke", "--prep", str(prep), "--out", str(out))
     assert ran == [] and not out.exists()          # nor was the runs directory emptied
+
+
+def test_a_prepared_arrays_file_named_but_missing_is_refused_by_name(tmp_path, monkeypatch):
+    """``--prep PATH`` naming no file (not carried to the device, a typo) fell back to building the
+    arrays from the corpus: without the archive there the call failed with "IMDB archive not found"
+    after a download attempt, never naming PATH; with it, it spent minutes building 256-d vectors
+    where PATH held 512-d ones."""
+    import prepare_imdb
+
+    built = []
+    monkeypatch.setattr(prepare_imdb, "build_arrays", lambda *a, **k: built.append(a) or {})
+    missing, out = tmp_path / "prep512" / "imdb_prep.npz", tmp_path / "out"
+    with pytest.raises(SystemExit, match=rf"--prep {missing}: no such file"):
+        _main(monkeypatch, "--part", "best", "--rows", "F", "--smoke", "--prep", str(missing), "--out", str(out))
+    assert built == [] and not out.exists()
