@@ -58,9 +58,11 @@ def load(paths: list[str]) -> dict[str, dict]:
         for k in ("val", "test"):
             if row[k].shape != row[f"{k}_labels"].shape or not np.all((row[k] >= 0) & (row[k] <= 1)):
                 raise SystemExit(f"{p}: {k} probabilities must be in [0, 1], one per review")
-        name = path.stem.removeprefix("probs_")
-        if name in rows:
-            name = f"{name} ({path.parent.name})"
+        stem = path.stem.removeprefix("probs_")
+        # a third file of one row name in a folder of one name (each call unpacks to <dir>/bench/) took
+        # the second's name and replaced it: the path as given, then its position, tell them apart
+        names = (stem, f"{stem} ({path.parent.name})", f"{stem} ({p})", f"{stem} ({p}, #{len(rows) + 1})")
+        name = next(n for n in names if n not in rows)
         rows[name] = row
     return rows
 

@@ -117,3 +117,15 @@ def test_the_reference_member_is_picked_on_validation(tmp_path, capsys):
     out = ensemble_rows.main([a, b, "--bootstrap", "0"])
     g = out["gain_over_val_best_member"]
     assert g["member"] == "B" and g["mean"] == {"gain": pytest.approx(1 / 3)} and "stacked" not in g
+
+
+def test_rows_of_one_name_from_folders_of_one_name_are_all_members(tmp_path):
+    """Each call's archive unpacks to ``<dir>/bench/probs_<row>.npz``: a third file of the same row name
+    in a folder also called ``bench`` took the second's name and replaced it, silently."""
+    paths = []
+    for i, val in enumerate(([0.9, 0.6, 0.4, 0.1], [0.8, 0.2, 0.7, 0.3], [0.6, 0.4, 0.6, 0.4])):
+        (tmp_path / f"call{i}" / "bench").mkdir(parents=True)
+        paths.append(write(tmp_path / f"call{i}" / "bench" / "probs_F.npz", val, [0.7, 0.2, 0.4]))
+    out = ensemble_rows.main(paths)
+    assert len(out["members"]) == 3
+    assert sorted(m["val"] for m in out["members"].values()) == [0.5, 1.0, 1.0]
