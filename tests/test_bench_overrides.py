@@ -222,3 +222,63 @@ def test_a_prepared_arrays_file_named_but_missing_is_refused_by_name(tmp_path, m
     with pytest.raises(SystemExit, match=rf"--prep {missing}: no such file"):
         _main(monkeypatch, "--part", "best", "--rows", "F", "--smoke", "--prep", str(missing), "--out", str(out))
     assert built == [] and not out.exists()
+
+
+def _owed_gpu_calls() -> list[tuple[list[str], str]]:
+    """``(arguments after gpu_check.sh, carry)`` of each call in the results README's table of owed GPU
+    calls; a row reading "the same with `--rows H`" (", then `--rows E`") is the row above with those rows."""
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "README.md").read_text()
+    table = text[text.index("| figure | command | carry |"):].split("\n\n")[0].splitlines()[2:]
+    calls, last = [], None
+    for line in table:
+        _, command, carry = [c.strip() for c in line.strip("|").split("|")]
+        carry = carry.strip("`")
+        full = re.findall(r"`bash benchmarks/gpu_check\.sh ([^`]*)`", command)
+        if full:
+            last = shlex.split(full[0])
+            calls.append((last, carry))
+        elif command.startswith("the same with"):
+            for rows in re.findall(r"`--rows ([^`]*)`", command):
+                args = list(last)
+                args[args.index("--rows") + 1] = rows
+                calls.append((args, carry))
+    return calls
+
+
+def test_the_readme_lists_the_owed_gpu_calls():
+    calls = _owed_gpu_calls()
+    assert [args[0] for args, _ in calls] == ["seed,mfu,seedvar,seedsplit", "best", "best", "best", "best"]
+    assert [args[args.index("--rows") + 1] for args, _ in calls if "--rows" in args] == ["F,I", "H", "G", "E"]
+
+
+@pytest.mark.parametrize("args, carry", _owed_gpu_calls(), ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_each_owed_gpu_call_runs_at_smoke_size_from_what_it_carries(tmp_path, monkeypatch, args, carry):
+    """Each call of the results README's table, as ``gpu_check.sh`` hands it to ``bench_models.py``
+    (``--part PART`` and the rest), at smoke size: its flags parse, its parts and rows run and write
+    their files, and its prepared arrays come from the folder the table says to carry."""
+    import json
+
+    part, rest = args[0], args[1:]
+    prep = rest[rest.index("--prep") + 1] if "--prep" in rest else bench_models.DEFAULT_PREP
+    assert Path(prep).parent.as_posix() == carry, f"{args}: --prep {prep} is not in the carried {carry}"
+    if "--prep" in rest:
+        rest = rest[:rest.index("--prep")] + rest[rest.index("--prep") + 2:]
+    out = tmp_path / "out"
+    _main(monkeypatch, "--part", part, *rest, "--smoke", "--prep", str(_tiny_prep(tmp_path / "prep.npz")),
+          "--out", str(out))
+    for p in part.split(","):
+        result = json.loads((out / f"{p}.json").read_text())
+        assert "error" not in json.dumps(result), result
+    if "--rows" in rest:
+        letters = set(rest[rest.index("--rows") + 1].split(","))
+        rows = json.loads((out / "best.json").read_text())["rows"]
+        assert {r["name"].split("_")[0] for r in rows if "members" not in r} == letters
+        assert {p.name.split("_")[1] for p in out.glob("probs_*.npz")} == letters
+    if "seedsplit" in part:
+        runs = json.loads((out / "seedsplit.json").read_text())["runs"]
+        overrides = bench_models.parse_overrides([rest[i + 1] for i, a in enumerate(rest) if a == "--set"],
+                                                 bench_models.SIZES["full"])
+        assert len(runs) == 2 * len(overrides["seedsplit_seeds"])
