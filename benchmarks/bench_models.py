@@ -362,6 +362,7 @@ def part_seedvar(data, args, device):
         acc = res["history"][-1]["eval"]["test"]["accuracy"]
         out["runs"].append({"seed": seed, "test_accuracy": acc, "wall_seconds": time.perf_counter() - t})
         log(f"seed classifier, engine, seed {seed}: test accuracy {acc:.4f}")
+        write_json(args.out / "seedvar_partial.json", out)     # a call cut at its time limit keeps these runs
     return out
 
 
@@ -399,6 +400,7 @@ def part_seedsplit(data, args, device):
                                 "test_accuracy": accs[-1], "test_accuracy_per_epoch": accs,
                                 "wall_seconds": time.perf_counter() - t})
             log(f"seed classifier on a {name} split, seed {seed}: test accuracy {accs[-1]:.4f}")
+            write_json(args.out / "seedsplit_partial.json", out)     # a call cut at its time limit keeps these runs
     return out
 
 

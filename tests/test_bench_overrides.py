@@ -63,7 +63,7 @@ def _seedsplit(data, runs, *overrides):
 
     smoke = bench_models.SIZES["smoke"]
     sizes = {**smoke, **bench_models.parse_overrides(list(overrides), smoke)}
-    return sizes, bench_models.part_seedsplit(data, SimpleNamespace(sizes=sizes, runs=runs),
+    return sizes, bench_models.part_seedsplit(data, SimpleNamespace(sizes=sizes, runs=runs, out=runs),
                                               bench_models.torch.device("cpu"))
 
 
@@ -282,3 +282,30 @@ def test_each_owed_gpu_call_runs_at_smoke_size_from_what_it_carries(tmp_path, mo
         overrides = bench_models.parse_overrides([rest[i + 1] for i, a in enumerate(rest) if a == "--set"],
                                                  bench_models.SIZES["full"])
         assert len(runs) == 2 * len(overrides["seedsplit_seeds"])
+
+
+@pytest.mark.parametrize("part, overrides", [("seedsplit", ["--set", "seedsplit_seeds=[0, 1]"]),
+                                             ("seedvar", ["--set", "extra_seeds=[1, 2, 3]"])])
+def test_a_part_cut_short_keeps_its_finished_runs(tmp_path, monkeypatch, part, overrides):
+    """A device call is killed at its time limit; ``gpu_check.sh`` brings back what ``--out`` holds by
+    then. ``seedvar`` and ``seedsplit`` wrote their JSON only when every run had finished, so a call cut
+    during the splits' six runs kept none of the finished ones there (``best`` writes best_partial.json)."""
+    import json
+
+    class CutAtThirdRun(bench_models.Trainer):
+        fits = 0
+
+        def fit(self):
+            CutAtThirdRun.fits += 1
+            if CutAtThirdRun.fits == 3:
+                raise KeyboardInterrupt("stand-in for the device's time limit")
+            return super().fit()
+
+    monkeypatch.setattr(bench_models, "Trainer", CutAtThirdRun)
+    prep, out = _tiny_prep(tmp_path / "prep.npz"), tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        _main(monkeypatch, "--part", part, *overrides, "--smoke", "--prep", str(prep), "--out", str(out))
+    assert not (out / f"{part}.json").exists()
+    runs = json.loads((out / f"{part}_partial.json").read_text())["runs"]
+    assert len(runs) == 2 and all(0.0 <= r["test_accuracy"] <= 1.0 for r in runs)
+    assert [r["seed"] for r in runs] == ([0, 1] if part == "seedsplit" else [1, 2])
