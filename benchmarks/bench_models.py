@@ -660,10 +660,11 @@ def parse_overrides(items: list[str], sizes: dict) -> dict:
     unknown = [n for n in out.get("seedsplit_splits", ()) if n not in seed_splits(2)]
     if unknown:
         raise SystemExit(f"--set seedsplit_splits: unknown split(s) {unknown}; known: {sorted(seed_splits(2))}")
-    seeds = out.get("seedsplit_seeds", ())
-    if any(type(v) is not int or v < 0 for v in seeds) or len(set(seeds)) != len(seeds):
-        # each seed has its own run directory, which resumes: a repeated seed would not train again
-        raise SystemExit(f"--set seedsplit_seeds: {list(seeds)} must be distinct non-negative integers, e.g. [0, 1, 2]")
+    for key in ("seedsplit_seeds", "extra_seeds"):
+        seeds = out.get(key, ())
+        if any(type(v) is not int or v < 0 for v in seeds) or len(set(seeds)) != len(seeds):
+            # each seed has its own run directory, which resumes: a repeated seed would not train again
+            raise SystemExit(f"--set {key}: {list(seeds)} must be distinct non-negative integers, e.g. [0, 1, 2]")
     return out
 
 

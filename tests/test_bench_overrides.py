@@ -36,6 +36,10 @@ def test_overrides_parse_to_the_defaults_kinds():
     ("seedsplit_seeds=[0, 3, 0]", r"seedsplit_seeds: \[0, 3, 0\] must be distinct non-negative integers"),
     ("seedsplit_seeds=[-1]", r"seedsplit_seeds: \[-1\] must be distinct"),
     ("seedsplit_seeds=[1.5]", r"seedsplit_seeds: \[1.5\] must be distinct"),
+    # seedvar's seeds too: a repeated one resumed the first's finished run (the same accuracy, ~0 s),
+    # a negative one failed in TrainConfig after the warm-up, a float in the run directory's name
+    ("extra_seeds=[1, 1]", r"extra_seeds: \[1, 1\] must be distinct non-negative integers"),
+    ("extra_seeds=[-1]", r"extra_seeds: \[-1\] must be distinct"),
 ])
 def test_bad_overrides_name_the_value_and_what_is_allowed(item, message):
     with pytest.raises(SystemExit, match=message):
