@@ -27,8 +27,13 @@ copy_report() {
 }
 python3 -c "import numba, llvmlite, torch; print('numba', numba.__version__, 'llvmlite', llvmlite.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))" 2>&1 | tee $OUT/env.txt
 nproc | tee -a $OUT/env.txt
-python3 -m pytest -q -x -p no:cacheprovider tests/test_cooccurrence.py tests/test_nexttoken.py tests/test_projection_core.py tests/test_torch_rows.py 2>&1 | tail -3 | tee $OUT/smoke.txt
-grep -q " passed" $OUT/smoke.txt && ! grep -q "failed\|error" $OUT/smoke.txt || { echo "smoke test failed; not running compare"; exit 1; }
+# not the IMDB tests: with the archive carried, one tokenizes the whole corpus (time the call's 600 s
+# limit does not have beside the compare's 520 s); pytest's exit status decides, not words in its output
+python3 -m pytest -q -x -p no:cacheprovider -m "not imdb" tests/test_cooccurrence.py tests/test_nexttoken.py \
+    tests/test_projection_core.py tests/test_torch_rows.py > $OUT/smoke_full.txt 2>&1
+smoke_rc=$?
+tail -3 $OUT/smoke_full.txt | tee $OUT/smoke.txt && rm -f $OUT/smoke_full.txt
+[ $smoke_rc -eq 0 ] || { echo "smoke test failed (pytest exit $smoke_rc); not running compare"; exit 1; }
 start=$(date +%s.%N)
 # the stage log (no -q) goes to a file, its stage lines to the terminal; a run cut by the
 # timeout still leaves every finished stage's time in the log

@@ -50,8 +50,10 @@ if args[0] == "benchmarks/ensemble_rows.py":
     print("ensemble done")
     sys.exit(0)
 if args[:2] == ["-m", "pytest"]:
-    print("3 passed in 0.10s")
-    sys.exit(0)
+    if os.environ.get("FAKE_ARGS_FILE"):
+        Path(os.environ["FAKE_ARGS_FILE"]).write_text(" ".join(args))
+    print(os.environ.get("FAKE_SMOKE_TEXT", "3 passed in 0.10s"))
+    sys.exit(int(os.environ.get("FAKE_SMOKE_RC", "0")))
 if args[:2] == ["-m", "distattn.compare"]:
     runs = Path(args[args.index("--out") + 1])
     runs.mkdir(parents=True, exist_ok=True)
@@ -162,3 +164,27 @@ def test_gpu_compare_run_again_on_a_warm_machine_is_cold_and_copies_its_own_repo
         assert (out / "report.html").read_text() == want and (out / "config.json").read_text() == want
         assert "stage cache: empty" in (out / "compare_cold.log").read_text()
         assert "stage cache: warm" in (out / "compare_warm.log").read_text()
+
+
+@pytest.mark.parametrize("rc, text, runs", [
+    (0, "3 passed, 1 warning in 0.10s (RuntimeError: a warning's text)", True),
+    (1, "1 failed, 2 passed in 0.10s", False),
+    (2, "no tests ran in 0.01s", False),
+])
+def test_gpu_compare_smoke_test_decides_by_pytest_exit_status_and_skips_the_imdb_tests(tmp_path, rc, text, runs):
+    """The smoke check grepped pytest's last lines for "failed" or "error": a passing run whose summary
+    held the word skipped the whole compare call. It ran the IMDB tests too, which with the archive
+    carried tokenize the whole corpus inside the call's 600 s beside the compare's 520 s."""
+    env = _fake_bin(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    env.update(OUT=str(out), COMPARE_RUNS=str(tmp_path / "runs"), COMPARE_CACHE=str(tmp_path / "cache"),
+               FAKE_SMOKE_RC=str(rc), FAKE_SMOKE_TEXT=text, FAKE_ARGS_FILE=str(tmp_path / "pytest_args.txt"))
+    done = subprocess.run(["bash", "benchmarks/gpu_compare.sh"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert "-m not imdb" in (tmp_path / "pytest_args.txt").read_text()
+    assert (done.returncode == 0) == runs, done.stdout + done.stderr
+    assert (out / "compare_cold.log").exists() == runs
+    assert text in (out / "smoke.txt").read_text()
+    if not runs:
+        assert f"pytest exit {rc}" in done.stdout
