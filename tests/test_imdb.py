@@ -136,3 +136,19 @@ def test_movie_ids_need_the_url_lists(tmp_path):
                             splits=("train",))
     with pytest.raises(ValueError, match="unknown IMDB split 'dev'"):
         read_imdb_movie_ids(ok, splits=("dev",))
+
+
+def test_a_bad_download_is_reported_by_its_url_not_by_the_removed_temporary_file(tmp_path, monkeypatch):
+    # the archive checks named the temporary .part file (already removed) and advised deleting it and
+    # fetching the official URL again, even when the bad file came from DISTATTN_IMDB_URL
+    page = tmp_path / "mirror.tar.gz"
+    page.write_bytes(b"<html>404 Not Found</html>")
+    monkeypatch.delenv("DISTATTN_DATA_DIR", raising=False)
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DISTATTN_IMDB_URL", page.as_uri())
+    with pytest.raises(CorruptArchiveError) as info:
+        fetch_imdb(tmp_path / "nowhere", progress=False)
+    msg = str(info.value)
+    assert page.as_uri() in msg and "not a readable gzip'd tar archive" in msg and "nothing was kept" in msg
+    assert ".part" not in msg and "Delete it" not in msg
+    assert not any((tmp_path / "cache").iterdir())

@@ -46,6 +46,13 @@ class CorruptArchiveError(ValueError):
     """The archive is truncated, not a gzip/tar file, or holds the wrong reviews."""
 
 
+def _corrupt(path, reason: str, advice: str = "") -> CorruptArchiveError:
+    """``path reason advice``; ``reason`` is kept as an attribute, to be told of another source."""
+    err = CorruptArchiveError(f"{path} {reason}{advice}")
+    err.reason = reason
+    return err
+
+
 def find_imdb_archive(data_dir: str | os.PathLike | None = None) -> Path | None:
     """The first ``aclImdb_v1.tar.gz`` in the search path, or None."""
     for d in data_dirs(data_dir):
@@ -71,8 +78,16 @@ def fetch_imdb(data_dir: str | os.PathLike | None = None, download_missing: bool
     if not download_missing:
         raise ArchiveNotFoundError(f"IMDB archive not found; looked for {searched}. {how}")
     url = url or os.environ.get("DISTATTN_IMDB_URL") or IMDB_URL
+
+    def verify(tmp: Path, sha256: str) -> None:
+        # the checks name the file they read: here a temporary one, removed when they fail
+        try:
+            verify_imdb_archive(tmp, sha256)
+        except CorruptArchiveError as exc:
+            raise CorruptArchiveError(f"the file downloaded from {url} {exc.reason}; nothing was kept") from None
+
     try:
-        download(url, target, progress=progress, verify=verify_imdb_archive)
+        download(url, target, progress=progress, verify=verify)
     except DownloadError as exc:
         raise ArchiveNotFoundError(f"IMDB archive not found (looked for {searched}) and the download "
                                    f"failed: {exc}. {how}") from exc
@@ -95,8 +110,8 @@ def _archive_members(path: Path) -> tuple[bytes, list[tuple[str, int, int]]]:
         data = zlib.decompress(raw, 47)  # 47: gzip or zlib header, max window
         return data, index_regular_files(data)
     except (zlib.error, tarfile.TarError, EOFError) as exc:
-        raise CorruptArchiveError(f"{path} is not a readable gzip'd tar archive ({exc}); it is probably "
-                                  f"truncated or damaged. Delete it and fetch {IMDB_URL} again.") from None
+        raise _corrupt(path, f"is not a readable gzip'd tar archive ({exc}); it is probably truncated or damaged",
+                       f". Delete it and fetch {IMDB_URL} again.") from None
 
 
 def _check_splits(splits: Sequence[str]) -> set[str]:
@@ -134,13 +149,13 @@ def read_imdb_archive(path: str | os.PathLike, splits: Sequence[str] = SPLITS) -
         if split not in wanted:
             continue
         if offset + size > len(data):
-            raise CorruptArchiveError(f"{path}: member {name} runs past the end of the archive (truncated)")
+            raise _corrupt(path, f"has a member {name} that runs past the end of the archive (truncated)")
         rows.append((key,
                      Document(bytes(view[offset:offset + size]), _LABELS[sub], int(rating), split, name)))
     wrong = {f"{a}/{b}": (n, EXPECTED_COUNTS[(a, b)]) for (a, b), n in counts.items() if n != EXPECTED_COUNTS[(a, b)]}
     if wrong:
         detail = ", ".join(f"{k}: {n} reviews (expected {e})" for k, (n, e) in wrong.items())
-        raise CorruptArchiveError(f"{path} does not hold the IMDB reviews: {detail}")
+        raise _corrupt(path, f"does not hold the IMDB reviews: {detail}")
     rows.sort(key=lambda r: r[0])
     return [d for _, d in rows]
 
