@@ -90,3 +90,16 @@ def test_body_cut_short_is_refused_without_size_or_checksum(server, tmp_path, pa
     with pytest.raises(DownloadError, match="broke off"):
         download(server + path, tmp_path / "f.bin", progress=False)
     assert leftovers(tmp_path) == []
+
+
+def test_one_checksum_or_size_may_be_given_alone(server, tmp_path):
+    # a single sha256 string was read as 64 one-character checksums (every download refused, "expected
+    # one of ['0', '1', ...]"), and a single size raised a bare "'int' object is not iterable"
+    sha = hashlib.sha256(PAYLOAD).hexdigest()
+    out = download(server + "/ok", tmp_path / "f.bin", sha256=sha.upper(), size=len(PAYLOAD), progress=False)
+    assert out.read_bytes() == PAYLOAD
+    with pytest.raises(DownloadError, match=f"expected one of \\['{'0' * 64}'\\]"):
+        download(server + "/ok", tmp_path / "g.bin", sha256="0" * 64, progress=False)
+    with pytest.raises(DownloadError, match=r"expected one of \[5\]"):
+        download(server + "/ok", tmp_path / "g.bin", size=5, progress=False)
+    assert leftovers(tmp_path) == ["f.bin"]

@@ -35,12 +35,16 @@ def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = N
              verify: Callable[[Path, str], None] | None = None) -> Path:
     """Download ``url`` to ``dest`` atomically.
 
-    ``sha256`` / ``size``: accepted checksums / sizes (any one may match); ``None`` skips the
-    check. ``verify(tmp_path, sha256_hex)`` runs on the complete temporary file before the
+    ``sha256`` / ``size``: accepted checksums / sizes (any one may match; a single one may be
+    given alone); ``None`` skips the check. ``verify(tmp_path, sha256_hex)`` runs on the complete temporary file before the
     rename and may raise to reject it. Raises :class:`DownloadError` naming the URL and the
     mismatch; on any failure nothing is left at ``dest`` or beside it.
     """
     dest = Path(dest)
+    if isinstance(sha256, str):          # one checksum, not 64 one-character ones
+        sha256 = [sha256]
+    if isinstance(size, numbers.Integral):
+        size = [size]
     sha_ok = {s.lower() for s in sha256} if sha256 is not None else None
     size_ok = set(size) if size is not None else None
     with atomic_path(dest) as tmp:
