@@ -284,6 +284,8 @@ def test_seed_literal_tokenizer_is_the_printed_code():
      "document 1 holds token id 18446744073709551615, beyond int64"),
     (lambda: RaggedIds(np.array([np.nan, 1.0]), [0, 2]), "ids has dtype float64"),
     (lambda: RaggedIds(np.array([1, 1]), [0, 1.5, 2]), "offsets has dtype float64; allowed: integer positions"),
+    (lambda: RaggedIds.from_sequences([[1], [2], [3]]).take([0.9, 2.5]),   # once documents 0 and 2
+     "document indices have dtype float64; allowed: integer indices or a boolean mask"),
     (lambda: Vocabulary("abc"), "words='abc' is a string"),
     (lambda: Vocabulary(["a"]).encode("the movie"), "tokens='the movie' is a string"),
     (lambda: Vocabulary.build(["the movie", "good"]), r"documents\[0\]='the movie' is a string"),

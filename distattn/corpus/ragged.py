@@ -94,6 +94,8 @@ class RaggedIds:
             if len(docs) != len(self):
                 raise ValueError(f"mask has length {len(docs)}, expected {len(self)}")
             docs = np.flatnonzero(docs)
+        elif docs.size and docs.dtype.kind not in "iu":     # astype truncated 0.9 to document 0
+            raise TypeError(f"document indices have dtype {docs.dtype}; allowed: integer indices or a boolean mask")
         docs = docs.astype(np.int64, copy=False)
         if len(docs) and (docs.min() < 0 or docs.max() >= len(self)):
             raise IndexError(f"document indices must lie in [0, {len(self)}); got {docs.min()}..{docs.max()}")
