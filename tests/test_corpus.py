@@ -124,6 +124,16 @@ def test_ragged_ops():
         RaggedIds(np.array([1, 2]), np.array([0, 3]))
 
 
+def test_ragged_map_refuses_ids_the_table_does_not_cover():
+    # an OOV id (-1, from oov="negative") indexed the table from its end: it silently became the last entry
+    r = RaggedIds.from_sequences([[-1, 2], [0]])
+    with pytest.raises(ValueError, match=r"id -1 .*table of 3 entries"):
+        r.map(np.array([10, 11, 12]))
+    with pytest.raises(ValueError, match=r"id 2 .*table of 2 entries"):
+        RaggedIds.from_sequences([[1, 2]]).map(np.array([10, 11]))
+    assert [list(x) for x in RaggedIds.from_sequences([[2, 0], []]).map(np.array([10, 11, 12]))] == [[12, 10], []]
+
+
 def test_ragged_reverse():
     r = RaggedIds.from_sequences([[1, 2, 3], [], [4, 5], [6]])
     back = r.reverse()

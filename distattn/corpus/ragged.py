@@ -112,8 +112,13 @@ class RaggedIds:
         return RaggedIds(self.ids[_gather_index(starts, lengths)], _offsets(lengths))
 
     def map(self, table: np.ndarray) -> "RaggedIds":
-        """Replace every id ``i`` by ``table[i]``."""
-        return RaggedIds(np.asarray(table)[self.ids], self.offsets.copy())
+        """Replace every id ``i`` by ``table[i]``; every id must lie in ``[0, len(table))``."""
+        table = np.asarray(table)
+        if len(self.ids) and (self.ids.min() < 0 or self.ids.max() >= len(table)):  # -1 read table[-1]
+            bad = int(self.ids.min()) if self.ids.min() < 0 else int(self.ids.max())
+            raise ValueError(f"id {bad} has no entry in a table of {len(table)} entries; allowed ids: "
+                             f"0..{len(table) - 1} (out of vocabulary, -1, cannot be mapped)")
+        return RaggedIds(table[self.ids], self.offsets.copy())
 
     def drop(self, keep: np.ndarray) -> "RaggedIds":
         """Remove the tokens where the boolean ``keep`` (one per token) is False; documents
