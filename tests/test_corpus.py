@@ -552,6 +552,24 @@ def test_a_corpus_of_ones_own_keeps_words_of_any_script(tmp_path):
 
 
 @pytest.mark.parametrize("layout", ["txt", "dir", "jsonl"])
+def test_a_bad_byte_after_a_byte_order_mark_is_reported_at_its_place_in_the_file(tmp_path, layout):
+    """The BOM was dropped before the check, so the offset given was 3 bytes short (byte 4, not 7)."""
+    raw = "\ufeff".encode("utf-8") + b"abc\xffdef"
+    if layout == "txt":
+        path, where = tmp_path / "a.txt", "a.txt:1"
+        path.write_bytes(raw + b"\n")
+    elif layout == "dir":
+        path, where = tmp_path / "d", "b.txt"
+        path.mkdir()
+        (path / "b.txt").write_bytes(raw)
+    else:
+        path, where = tmp_path / "a.jsonl", "a.jsonl:1"
+        path.write_bytes(raw + b"\n")
+    with pytest.raises(ValueError, match=rf"{re.escape(where)}: not UTF-8 \(byte 0xff at byte 7\)"):
+        list(TextCorpus(path))
+
+
+@pytest.mark.parametrize("layout", ["txt", "dir", "jsonl"])
 def test_a_utf8_byte_order_mark_is_not_part_of_the_first_word(tmp_path, layout):
     """A UTF-8 BOM (Windows editors) stayed on the first word: WhitespaceTokenizer gave '\\ufeffthe',
     a type of its own beside 'the'; a .jsonl file with one was refused as invalid JSON."""

@@ -66,7 +66,7 @@ class TextCorpus(Corpus):
     def __iter__(self) -> Iterator[Document]:
         if self.kind == "dir":
             for p in self._files:
-                yield Document(self._utf8(self._drop_bom(p.read_bytes()), p), split="all",
+                yield Document(self._drop_bom(self._utf8(p.read_bytes(), p)), split="all",
                                name=str(p.relative_to(self.path)))
         elif self.kind == "txt":
             warned = False
@@ -97,7 +97,7 @@ class TextCorpus(Corpus):
         if self.encoding == "utf-8":
             with open(self.path, "rb") as fh:
                 for i, line in enumerate(fh, 1):
-                    yield i, self._utf8(self._drop_bom(line.rstrip(b"\r\n"), i), self.path, i)
+                    yield i, self._drop_bom(self._utf8(line.rstrip(b"\r\n"), self.path, i), i)
         else:                                  # decoded before splitting: a UTF-16 newline is two bytes
             for i, line in self._decoded_lines(newline="\n"):
                 yield i, line.rstrip("\r\n").encode("utf-8")
@@ -108,7 +108,7 @@ class TextCorpus(Corpus):
             return
         with open(self.path, "rb") as fh:             # line by line, so that a bad byte is reported with its line
             for i, raw in enumerate(fh, 1):
-                yield i, self._utf8(self._drop_bom(raw, i), self.path, i).decode("utf-8")
+                yield i, self._drop_bom(self._utf8(raw, self.path, i), i).decode("utf-8")
 
     def _decoded_lines(self, newline=None) -> Iterator[tuple[int, str]]:
         """``(line number, text)`` of a file in a declared encoding other than UTF-8."""
@@ -125,7 +125,7 @@ class TextCorpus(Corpus):
         """A UTF-8 file's first line without its byte-order mark (U+FEFF, as Windows editors write
         it): it is no character of the text, and ``str.split`` kept it on the first word
         (``"\\ufeffthe"``, another type than ``"the"``); other codecs (utf-8-sig, utf-16) drop it
-        when decoding."""
+        when decoding. It is dropped after the UTF-8 check, so that a bad byte's offset counts it."""
         if line == 1 and self.encoding == "utf-8" and raw.startswith(codecs.BOM_UTF8):
             return raw[len(codecs.BOM_UTF8):]
         return raw
