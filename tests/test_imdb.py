@@ -152,3 +152,21 @@ def test_a_bad_download_is_reported_by_its_url_not_by_the_removed_temporary_file
     assert page.as_uri() in msg and "not a readable gzip'd tar archive" in msg and "nothing was kept" in msg
     assert ".part" not in msg and "Delete it" not in msg
     assert not any((tmp_path / "cache").iterdir())
+
+
+@pytest.mark.parametrize("cut", [1024, 1124])     # at a tar member boundary; inside the second tar member
+def test_an_archive_of_several_gzip_members_is_read_whole(tmp_path, cut):
+    # zlib.decompress stops after the first gzip member (bgzip, or `cat a.gz b.gz`, write several; gzip,
+    # tar and tarfile read them all): the rest of the archive was silently left out, or the valid
+    # archive called truncated
+    import gzip
+
+    from distattn.corpus import read_imdb_movie_ids
+
+    one = _tiny_archive(tmp_path / "one.tar.gz", b"http://www.imdb.com/title/tt0000007/usercomments\n"
+                                                 b"http://www.imdb.com/title/tt0000042/usercomments\n")
+    image = gzip.decompress(one.read_bytes())
+    two = tmp_path / "two.tar.gz"
+    two.write_bytes(gzip.compress(image[:cut]) + gzip.compress(image[cut:]))
+    assert gzip.decompress(two.read_bytes()) == image
+    assert read_imdb_movie_ids(two, splits=("train",)) == ["tt0000007", "tt0000042"]

@@ -103,11 +103,25 @@ def verify_imdb_archive(path: str | os.PathLike, sha256: str | None = None) -> N
     read_imdb_archive(path, splits=())
 
 
+def _gunzip(raw: bytes) -> bytes:
+    """Every member of a gzip file: ``zlib.decompress`` stops after the first (bgzip, or ``cat a.gz
+    b.gz``, write several; gzip and tar read them all). Raises ``zlib.error`` if one is cut short."""
+    parts = []
+    while True:
+        d = zlib.decompressobj(47)  # 47: gzip or zlib header, max window
+        parts.append(d.decompress(raw))
+        if not d.eof:
+            raise zlib.error("incomplete or truncated stream")
+        raw = d.unused_data
+        if not raw.startswith(b"\x1f\x8b"):    # anything after the last member is ignored, as before
+            return b"".join(parts)
+
+
 def _archive_members(path: Path) -> tuple[bytes, list[tuple[str, int, int]]]:
     """The decompressed tar image and its (name, offset, size) regular files."""
     try:
         raw = path.read_bytes()
-        data = zlib.decompress(raw, 47)  # 47: gzip or zlib header, max window
+        data = _gunzip(raw)
         return data, index_regular_files(data)
     except (zlib.error, tarfile.TarError, EOFError) as exc:
         raise _corrupt(path, f"is not a readable gzip'd tar archive ({exc}); it is probably truncated or damaged",
