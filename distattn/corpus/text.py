@@ -57,8 +57,9 @@ class TextCorpus(Corpus):
         # os.utime); the change time cannot be set back, and any write or utime moves it
         stats = [p.stat() for p in files]
         # reader 2: a leading UTF-8 byte-order mark is dropped (it was read as part of the first
-        # word), so tokens cached by reader 1 are not reused
-        return {"corpus": "text", "reader": 2, "path": str(self.path.resolve()), "kind": self.kind,
+        # word), so tokens cached by reader 1 are not reused; reader 3 (.jsonl): a null 'split' is
+        # 'all', no longer 'None'
+        return {"corpus": "text", "reader": 3 if self.kind == "jsonl" else 2, "path": str(self.path.resolve()), "kind": self.kind,
                 **({} if self.encoding == "utf-8" else {"encoding": self.encoding, "line_end": "lf"}),
                 "files": [(str(p.relative_to(self.path)) if self.kind == "dir" else p.name,
                            st.st_size, st.st_mtime_ns, st.st_ctime_ns) for p, st in zip(files, stats)]}
@@ -89,7 +90,12 @@ class TextCorpus(Corpus):
                     label = NO_LABEL
                 if not isinstance(label, int) or isinstance(label, bool) or not -1 <= label <= 127:
                     raise ValueError(f"{self.path}:{i}: 'label' must be an integer in [-1, 127], got {label!r}")
-                yield Document(obj["text"], label=label, split=str(obj.get("split", "all")), name=f"line{i}")
+                split = obj.get("split")
+                if split is None:
+                    split = "all"
+                if not isinstance(split, str):          # str() made null the split 'None'
+                    raise ValueError(f"{self.path}:{i}: 'split' must be a string, got {split!r}")
+                yield Document(obj["text"], label=label, split=split, name=f"line{i}")
 
     def _txt_lines(self) -> Iterator[tuple[int, bytes]]:
         """``(line number, UTF-8 bytes)`` of a .txt file; a line ends at ``\\n`` (a trailing ``\\r``
