@@ -223,6 +223,36 @@ def test_a_cache_file_left_empty_is_rebuilt(tmp_path, name):
     assert (entry / name).stat().st_size > 0          # the entry was written anew
 
 
+def test_an_entry_another_process_wrote_meanwhile_is_kept(tmp_path, monkeypatch):
+    """Two processes tokenizing one corpus: the second to finish removed the first's entry before its
+    rename, pulling it from under the first's load. The entry written first is kept now (the same
+    tokens), and the late copy discarded."""
+    import distattn.corpus.tokenized as tokenized
+    corpus = ListCorpus(["a b c", "c d"])
+    real, first = tokenized._tokenize, []
+
+    def racing(*args, **kw):            # "another process" writes the entry while this one tokenizes
+        monkeypatch.setattr(tokenized, "_tokenize", real)
+        first.append(tokenize_corpus(corpus, cache=tmp_path))
+        (next(tmp_path.iterdir()) / "written-first").write_text("")      # marks that process's entry
+        return real(*args, **kw)
+
+    monkeypatch.setattr(tokenized, "_tokenize", racing)
+    tc = tokenize_corpus(corpus, cache=tmp_path)
+    (entry,) = list(tmp_path.iterdir())                  # no temporary directory left beside it
+    assert (entry / "written-first").exists()
+    assert tc.types == first[0].types and np.array_equal(tc.tokens.ids, first[0].tokens.ids)
+
+
+def test_an_entry_without_meta_json_is_rebuilt(tmp_path):
+    corpus = ListCorpus(["a b c", "c d"])
+    tokenize_corpus(corpus, cache=tmp_path)
+    entry = next(tmp_path.iterdir())
+    (entry / "meta.json").unlink()
+    assert tokenize_corpus(corpus, cache=tmp_path).tokens.n_tokens == 5
+    assert (entry / "meta.json").exists()
+
+
 def test_empty_corpus_errors(tmp_path):
     with pytest.raises(EmptyCorpusError, match="no documents"):
         tokenize_corpus(ListCorpus([]), cache=False)

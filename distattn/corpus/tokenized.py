@@ -177,10 +177,13 @@ class TokenizedCorpus(_SubsetMixin):
         return f"TokenizedCorpus(n_docs={len(self)}, n_tokens={self.n_tokens}, n_types={len(self.types)})"
 
     # persistence ----------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> None:
-        """Write atomically into directory ``path`` (a temporary directory, then a rename)."""
+    def save(self, path: str | os.PathLike, replace: bool = True) -> None:
+        """Write atomically into directory ``path`` (a temporary directory, then a rename).
+
+        ``replace=False`` keeps a ``path`` that exists by the time of the rename (another process
+        wrote the same entry first) and discards this copy."""
         path = Path(path)
-        if path.exists():
+        if replace and path.exists():
             shutil.rmtree(path)
         with atomic_dir(path) as tmp:
             np.save(tmp / "ids.npy", self.tokens.ids)
@@ -268,6 +271,9 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
             # file of zero bytes, what a crash before the data reached the disk can leave)
             except (OSError, ValueError, KeyError, EOFError) as exc:
                 log.warning("ignoring damaged tokenized cache %s: %s", entry, exc)
+                shutil.rmtree(entry, ignore_errors=True)
+        elif entry.exists():                   # no meta.json: not an entry this code wrote whole
+            shutil.rmtree(entry, ignore_errors=True)
         try:                                   # an unwritable cache fails now, not after the tokenizing
             ensure_writable_dir(root)
         except OSError as exc:
@@ -275,7 +281,9 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
                           "another directory, or cache=False to tokenize without caching") from exc
     tc = _tokenize(corpus, tokenizer, fingerprint, progress)
     if key is not None:
-        tc.save(entry)
+        # an entry another process wrote meanwhile (same key, same tokens) is kept: removing it
+        # before the rename once pulled it from under that process's load
+        tc.save(entry, replace=False)
         tc = TokenizedCorpus.load(entry)
     return tc
 
