@@ -643,3 +643,15 @@ def test_a_directory_corpus_reads_txt_files_whatever_the_case_of_their_suffix(tm
     (tmp_path / "d.csv").write_text("not read")
     assert [d.text for d in TextCorpus(tmp_path)] == [b"alpha", b"gamma", b"beta"]
     assert [d.text for d in TextCorpus(tmp_path / "sub" / "B.TXT")] == [b"beta"]
+
+
+def test_ragged_ids_slice_gives_the_documents_and_other_indices_are_named():
+    """r[1:3] failed with "'<=' not supported between instances of 'int' and 'slice'"."""
+    r = RaggedIds.from_sequences([[1, 2], [3], [], [4, 5, 6]])
+    part = r[1:]
+    assert isinstance(part, RaggedIds) and [d.tolist() for d in part] == [[3], [], [4, 5, 6]]
+    assert [d.tolist() for d in r[::-2]] == [[4, 5, 6], [3]]
+    assert r[np.int64(3)].tolist() == [4, 5, 6] and r[-1].tolist() == [4, 5, 6]
+    for bad in (1.0, "0", True):
+        with pytest.raises(TypeError, match="integers or slices"):
+            r[bad]

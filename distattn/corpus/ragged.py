@@ -6,6 +6,7 @@ document ``i``. Subsetting, truncation and iteration are vectorised.
 
 from __future__ import annotations
 
+import operator
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -68,8 +69,19 @@ class RaggedIds:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def __getitem__(self, i: int) -> np.ndarray:
+    def __getitem__(self, i):
+        """Document ``i``'s ids; a slice gives a :class:`RaggedIds` of those documents (it failed
+        comparing an int with a slice)."""
         n = len(self)
+        if isinstance(i, slice):
+            return self.take(np.arange(n)[i])
+        try:
+            if isinstance(i, (bool, np.bool_)):
+                raise TypeError
+            i = operator.index(i)
+        except TypeError:
+            raise TypeError(f"RaggedIds indices are integers or slices (take() for arrays of them); got "
+                            f"{type(i).__name__}") from None
         if not -n <= i < n:
             raise IndexError(f"document index {i} out of range for {n} documents")
         i %= n
