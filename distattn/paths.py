@@ -1,7 +1,8 @@
 """Where distattn looks for data and writes its caches.
 
 * data: ``$DISTATTN_DATA_DIR`` (CI sets it to ``../shared/data``), then the cache directory.
-* cache: ``$DISTATTN_CACHE_DIR``, else ``$XDG_CACHE_HOME/distattn``, else ``~/.cache/distattn``.
+* cache: ``$DISTATTN_CACHE_DIR``, else ``$XDG_CACHE_HOME/distattn`` (an absolute path, as the XDG
+  spec asks; a relative one is ignored), else ``~/.cache/distattn``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ def cache_dir(create: bool = True) -> Path:
     if env:
         path = Path(env).expanduser()
     else:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.environ.get("XDG_CACHE_HOME") or ""
+        if not os.path.isabs(base):        # the XDG spec: a relative path is invalid and ignored (the cache
+            base = os.path.join(os.path.expanduser("~"), ".cache")   # moved with the working directory)
         path = Path(base) / "distattn"
     if create:
         path.mkdir(parents=True, exist_ok=True)

@@ -61,3 +61,16 @@ def test_atomic_dir_keeps_the_first_finished_copy(tmp_path):
         (tmp / "x").write_text("second")
     assert (tmp_path / "d" / "x").read_text() == "first"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
+    """The XDG spec: a relative $XDG_CACHE_HOME is invalid and ignored. It was used as given, so the
+    cache moved with the working directory."""
+    from distattn.paths import cache_dir
+    monkeypatch.delenv("DISTATTN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", "rel/cache")
+    assert cache_dir(create=False) == tmp_path / "home" / ".cache" / "distattn"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir(create=False) == tmp_path / "xdg" / "distattn"
