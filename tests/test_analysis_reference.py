@@ -344,6 +344,12 @@ def test_spectral_gap_matches_the_second_eigenvalue_modulus():
     causal = np.tril(np.ones((4, 4)))
     causal /= causal.sum(1, keepdims=True)
     assert spectral_gap(causal) == pytest.approx(0.5)        # eigenvalues 1, 1/2, 1/3, 1/4
+    sink = np.zeros((4, 4))
+    sink[:, 0] = 1.0                                          # reducible, rank one
+    assert spectral_gap(sink) == pytest.approx(1.0)
+    two_classes = np.kron(np.eye(2), np.full((2, 2), 0.5))   # two closed sets of tokens
+    assert spectral_gap(two_classes) == pytest.approx(0.0)
+    assert spectral_gap(np.array([[0.0, 1.0], [1.0, 0.0]])) == pytest.approx(0.0)   # periodic
 
 
 def test_word_neighbourhood_and_sense_communities_match_dense_references():

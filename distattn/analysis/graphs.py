@@ -12,8 +12,10 @@ matrix of a random walk on the graph, so
 * weighted in-degree (:func:`in_degree`) ``Σ_i A[i, j]`` is the total attention token j receives;
 * row entropy (:func:`row_entropy`) is how spread each query's attention is;
 * the spectral gap ``1 - |λ_2|`` of the row-stochastic ``A`` (:func:`spectral_gap`) is how fast
-  repeated attention mixes tokens (1 for uniform attention, 0 for the identity or any
-  reducible pattern).
+  repeated attention mixes tokens (1 for uniform attention or any rank-one pattern; 0 for the
+  identity or any pattern with two or more closed sets of tokens, or a periodic one. A reducible
+  pattern need not give 0: a causal one, whose row 0 attends only to itself, has its diagonal
+  as eigenvalues).
 
 Corpus level. :func:`word_neighbourhood` takes a word's top-k PPMI neighbours and the PPMI
 edges among them; :func:`sense_communities` splits the neighbours (without the word itself,
