@@ -78,7 +78,7 @@ def corpus_statistics(corpus: str = "paper", *, path: str | None = None, vocab_s
 
 class RandomAttentionModel:
     """A seeded random attention-only transformer (numpy): embeddings W_E (vocab, d_model),
-    per layer and head W_Q, W_K, W_V (d_model, d_head) and W_O (d_head, d_model), all
+    N(0, 1), per layer and head W_Q, W_K, W_V (d_model, d_head) and W_O (d_head, d_model), all
     N(0, 1/d_model); ``x_0 = W_E[ids]``, ``x_l = x_{l-1} + Σ_h A_h x_{l-1} W_V^h W_O^h`` with
     ``A_h = softmax(x W_Q^h (x W_K^h)ᵀ / sqrt(d_head))`` (causal if asked). No positions, no
     LayerNorm: the simplest model whose heads have well-defined vocabulary-space circuits.
