@@ -173,7 +173,7 @@ def word_neighbourhood(ppmi, word, k: int = 30, words=None, *, include_word: boo
     Neighbours: the k largest positive entries of row ``word`` (itself excluded), ties broken
     by the smaller id. Edge weights: ``(P[a, b] + P[b, a]) / 2`` (equal to ``P[a, b]`` for a
     symmetric PPMI) where positive. With ``include_word`` the word is a node too, joined to each
-    neighbour. Nodes are ids with attributes ``word`` (if ``words``, the id -> word list or a
+    neighbour by ``P[word, n]``, the row the neighbours were chosen by. Nodes are ids with attributes ``word`` (if ``words``, the id -> word list or a
     ``Vocabulary``, is given) and ``ppmi`` (to the centre word).
     """
     import networkx as nx

@@ -256,7 +256,8 @@ def power_law_fit(values, *, squared: bool = True, xmin: float | None = None, rt
     and the KS distance ``D = max_i |1 - (λ_i / xmin)^(1-α) - i/n|`` over the tail (i = 0..n-1,
     the empirical CDF at the i-th tail point as WWFit writes it); candidates with ``α <= 1`` get
     ``D = 1``. The fit with the smallest D is returned. Giving ``xmin`` fixes it (the λ closest
-    to it is used) and skips the search.
+    to it is used, or the second largest λ when that is the largest: a tail of one point has no
+    fit) and skips the search.
 
     The search is vectorised in blocks of candidates: O(N²) work for N eigenvalues.
     """
