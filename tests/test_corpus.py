@@ -655,3 +655,24 @@ def test_ragged_ids_slice_gives_the_documents_and_other_indices_are_named():
     for bad in (1.0, "0", True):
         with pytest.raises(TypeError, match="integers or slices"):
             r[bad]
+
+
+def test_a_directory_corpus_skips_hidden_files_and_directories_below_its_root(tmp_path):
+    """rglob("*") read editor temporaries (.#notes.txt), .ipynb_checkpoints/ and .git/ copies as
+    documents of their own; the root itself may sit under a hidden directory."""
+    root = tmp_path / ".data" / "corpus"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.txt").write_text("alpha")
+    (root / "sub" / "b.txt").write_text("beta")
+    (root / ".#a.txt").write_text("alpha draft")
+    (root / ".ipynb_checkpoints").mkdir()
+    (root / ".ipynb_checkpoints" / "a-checkpoint.txt").write_text("alpha again")
+    (root / "sub" / ".git" / "x").mkdir(parents=True)
+    (root / "sub" / ".git" / "x" / "c.txt").write_text("gamma")
+    corpus = TextCorpus(root)
+    assert [(d.name, d.text) for d in corpus] == [("a.txt", b"alpha"), ("sub/b.txt", b"beta")]
+    assert [f[0] for f in corpus.fingerprint()["files"]] == ["a.txt", "sub/b.txt"]
+    (root / "a.txt").unlink()
+    (root / "sub" / "b.txt").unlink()
+    with pytest.raises(ValueError, match=r"contains no \.txt files.*hidden"):
+        TextCorpus(root)

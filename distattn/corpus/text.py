@@ -1,6 +1,8 @@
 """A user's own corpus: a ``.txt`` file (one document per line; a line ends at ``\\n`` or
 ``\\r\\n``, whatever the encoding), a directory of ``.txt``
-files (one document per file, sorted by relative path), or a ``.jsonl`` file whose lines are
+files (one document per file, searched recursively and sorted by relative path; hidden files and
+directories below it, whose names start with ``.``, such as ``.#notes.txt`` or
+``.ipynb_checkpoints/``, are skipped), or a ``.jsonl`` file whose lines are
 objects with a ``text`` field and an optional integer ``label``."""
 
 from __future__ import annotations
@@ -37,9 +39,14 @@ class TextCorpus(Corpus):
         if self.path.is_dir():
             self.kind = "dir"
             # the suffix in any case, as for a single file: rglob("*.txt") left out B.TXT without a word
-            self._files = sorted(p for p in self.path.rglob("*") if p.suffix.lower() == ".txt" and p.is_file())
+            found = sorted(p for p in self.path.rglob("*") if p.suffix.lower() == ".txt" and p.is_file())
+            # hidden files and directories below the root (editor temporaries such as .#notes.txt,
+            # .ipynb_checkpoints/, .git/) are no documents; the root itself may be under a hidden one
+            self._files = [p for p in found if not _hidden(p.relative_to(self.path))]
             if not self._files:
-                raise ValueError(f"directory {str(self.path)!r} contains no .txt files")
+                raise ValueError(f"directory {str(self.path)!r} contains no .txt files"
+                                 + (f" (skipped {len(found)} hidden: a name starting with '.' below the "
+                                    "directory)" if found else ""))
         elif self.path.suffix.lower() == ".txt":
             self.kind = "txt"
         elif self.path.suffix.lower() == ".jsonl":
@@ -158,6 +165,11 @@ class TextCorpus(Corpus):
 
     def __repr__(self) -> str:
         return f"TextCorpus({str(self.path)!r}, kind={self.kind!r})"
+
+
+def _hidden(relative: Path) -> bool:
+    """Whether a path below a directory corpus's root has a hidden component (a name starting with '.')."""
+    return any(part.startswith(".") for part in relative.parts)
 
 
 def _warn_inner_cr(path: Path, line: int) -> bool:
