@@ -676,3 +676,17 @@ def test_a_directory_corpus_skips_hidden_files_and_directories_below_its_root(tm
     (root / "sub" / "b.txt").unlink()
     with pytest.raises(ValueError, match=r"contains no \.txt files.*hidden"):
         TextCorpus(root)
+
+
+@pytest.mark.parametrize("split", ["train+unsup", "", " train", "train "])
+def test_a_jsonl_split_that_could_never_be_selected_is_refused_naming_file_line_and_value(tmp_path, split):
+    """tc.split(...) parses 'a+b' as two splits, refuses '' and strips spaces: a document whose
+    split was one of these was read and then could not be selected by any name."""
+    j = tmp_path / "s.jsonl"
+    j.write_text('{"text": "a", "split": "train"}\n' + json.dumps({"text": "b", "split": split}) + "\n")
+    with pytest.raises(ValueError, match=re.escape(f"s.jsonl:2: 'split' {split!r} could never be selected")
+                       + r".*allowed: a non-empty name without '\+'"):
+        list(TextCorpus(j))
+    j.write_text('{"text": "a b", "split": "train"}\n{"text": "c", "split": "dev-2"}\n')
+    tc = tokenize_corpus(TextCorpus(j), cache=False)
+    assert tc.docs.split_names == ["train", "dev-2"] and len(tc.split("dev-2")) == 1

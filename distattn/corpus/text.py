@@ -3,7 +3,9 @@
 files (one document per file, searched recursively and sorted by relative path; hidden files and
 directories below it, whose names start with ``.``, such as ``.#notes.txt`` or
 ``.ipynb_checkpoints/``, are skipped), or a ``.jsonl`` file whose lines are
-objects with a ``text`` field and an optional integer ``label``."""
+objects with a ``text`` field, an optional integer ``label`` and an optional ``split`` (a
+non-empty name without ``+``, which joins splits when selecting them, and without spaces at its
+ends; ``"all"`` when absent)."""
 
 from __future__ import annotations
 
@@ -102,6 +104,12 @@ class TextCorpus(Corpus):
                     split = "all"
                 if not isinstance(split, str):          # str() made null the split 'None'
                     raise ValueError(f"{self.path}:{i}: 'split' must be a string, got {split!r}")
+                if not split or "+" in split or split != split.strip():
+                    # .split() reads 'a+b' as two splits, refuses '' and strips spaces: such a split was
+                    # read, and then no name selected its documents
+                    raise ValueError(f"{self.path}:{i}: 'split' {split!r} could never be selected ('+' joins "
+                                     "splits, as in 'train+unsup'); allowed: a non-empty name without '+' "
+                                     "and without spaces at its ends, e.g. 'train'")
                 yield Document(obj["text"], label=label, split=split, name=f"line{i}")
 
     def _txt_lines(self) -> Iterator[tuple[int, bytes]]:
