@@ -690,3 +690,15 @@ def test_a_jsonl_split_that_could_never_be_selected_is_refused_naming_file_line_
     j.write_text('{"text": "a b", "split": "train"}\n{"text": "c", "split": "dev-2"}\n')
     tc = tokenize_corpus(TextCorpus(j), cache=False)
     assert tc.docs.split_names == ["train", "dev-2"] and len(tc.split("dev-2")) == 1
+
+
+def test_vocabulary_ties_between_words_that_differ_by_trailing_nuls_are_alphabetical(tmp_path):
+    """numpy's fixed-width str drops trailing NULs, so "a" and "a\\x00" sorted as equal and a tie
+    between them kept first-seen order; split() keeps NUL inside a token, so a text file can hold both."""
+    assert Vocabulary.build([["a\x00", "a", "a\x00\x00"]]).words == ["a", "a\x00", "a\x00\x00"]
+    from distattn.corpus.tokenize import WhitespaceTokenizer
+    path = tmp_path / "nul.txt"
+    path.write_bytes(b"b\x00 a\x00 a b\n")
+    tc = tokenize_corpus(TextCorpus(path), tokenizer=WhitespaceTokenizer(), cache=False)
+    assert tc.types == ["b\x00", "a\x00", "a", "b"]                    # first-seen order, all counted once
+    assert tc.vocabulary().words == ["a", "a\x00", "b", "b\x00"]

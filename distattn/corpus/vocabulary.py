@@ -97,8 +97,11 @@ class Vocabulary:
         special_set = set(specials)
         if special_set:
             keep = np.array([i for i in keep if words_arr[i] not in special_set], dtype=np.int64)
-        # decreasing count, ties alphabetical: lexsort sorts by last key first
-        order = keep[np.lexsort((words_arr[keep].astype(str), -counts[keep]))] if len(keep) else keep
+        # decreasing count, ties alphabetical: sorted by word (Python's order: numpy's fixed-width
+        # str drops trailing NULs, which split() keeps in a token, so "a" and "a\x00" tied in
+        # first-seen order), then stably by count
+        alpha = np.array(sorted(keep.tolist(), key=lambda i: str(words_arr[i])), dtype=np.int64)
+        order = alpha[np.argsort(-counts[alpha], kind="stable")]
         if max_size is not None:
             order = order[:max_size]
         return cls([str(w) for w in words_arr[order]], counts[order], specials)
