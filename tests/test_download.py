@@ -1,5 +1,6 @@
 import hashlib
 import http.server
+import re
 import threading
 
 import pytest
@@ -47,6 +48,9 @@ def server():
     srv.shutdown()
 
 
+PARTIAL = ["f.bin.part", "f.bin.part.json"]   # what an interrupted download leaves, to resume
+
+
 def leftovers(d):
     return sorted(p.name for p in d.iterdir())
 
@@ -67,7 +71,8 @@ def test_failed_downloads_leave_nothing(server, tmp_path, path, kw, match):
     kw.setdefault("size", [len(PAYLOAD)])
     with pytest.raises(DownloadError, match=match):
         download(server + path, tmp_path / "f.bin", progress=False, **kw)
-    assert leftovers(tmp_path) == []
+    # a body cut short is kept beside dest, to be resumed; a wrong or missing file leaves nothing
+    assert leftovers(tmp_path) == (PARTIAL if path == "/cut" else [])
 
 
 def test_existing_file_survives_failed_download(server, tmp_path):
@@ -89,7 +94,7 @@ def test_body_cut_short_is_refused_without_size_or_checksum(server, tmp_path, pa
     # body raised http.client.IncompleteRead, not DownloadError
     with pytest.raises(DownloadError, match="broke off"):
         download(server + path, tmp_path / "f.bin", progress=False)
-    assert leftovers(tmp_path) == []
+    assert not (tmp_path / "f.bin").exists() and set(leftovers(tmp_path)) <= set(PARTIAL)
 
 
 def test_one_checksum_or_size_may_be_given_alone(server, tmp_path):
@@ -103,3 +108,120 @@ def test_one_checksum_or_size_may_be_given_alone(server, tmp_path):
     with pytest.raises(DownloadError, match=r"expected one of \[5\]"):
         download(server + "/ok", tmp_path / "g.bin", size=5, progress=False)
     assert leftovers(tmp_path) == ["f.bin"]
+
+
+OTHER = bytes(reversed(range(256))) * 4096
+
+
+class RangeHandler(http.server.BaseHTTPRequestHandler):
+    """/ranged* honour ``Range: bytes=N-``, /plain ignores it, /badrange answers 206 with a range
+    that starts at 0 whatever was asked. ``cut[path] = K`` cuts the next response after K bytes."""
+    served = []   # (path, Range header, body bytes sent), one per request
+    cut = {}
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        body = OTHER if self.path == "/ranged-other" else PAYLOAD
+        rng = self.headers.get("Range")
+        start = 0
+        if rng and self.path != "/plain":
+            start = 0 if self.path == "/badrange" else int(re.fullmatch(r"bytes=(\d+)-", rng)[1])
+            if start >= len(body):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(body)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                self.served.append((self.path, rng, 0))
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        chunk = body[start:]
+        self.send_header("Content-Length", str(len(chunk)))
+        self.end_headers()
+        k = self.cut.pop(self.path, None)
+        sent = chunk[:k] if k is not None else chunk
+        self.wfile.write(sent)
+        self.wfile.flush()
+        self.served.append((self.path, rng, len(sent)))
+        if k is not None:
+            self.connection.close()
+
+
+@pytest.fixture
+def rserver():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RangeHandler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    RangeHandler.served.clear()
+    RangeHandler.cut.clear()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def interrupt(url, dest, k):
+    """A first download of ``url`` cut after ``k`` bytes: its partial file stays beside ``dest``."""
+    RangeHandler.cut["/" + url.rsplit("/", 1)[1]] = k
+    with pytest.raises(DownloadError, match=f"broke off after {k} of the {len(PAYLOAD)} bytes.*kept in"):
+        download(url, dest, progress=False)
+    assert leftovers(dest.parent) == PARTIAL and (dest.parent / PARTIAL[0]).stat().st_size == k
+    RangeHandler.served.clear()
+
+
+SHA = hashlib.sha256(PAYLOAD).hexdigest()
+
+
+def test_interrupted_download_resumes_with_only_the_remainder(rserver, tmp_path):
+    # an interrupted download started again from byte 0, and kept nothing of what it had received
+    interrupt(rserver + "/ranged", tmp_path / "f.bin", 300_000)
+    out = download(rserver + "/ranged", tmp_path / "f.bin", sha256=SHA, size=len(PAYLOAD), progress=False)
+    assert out.read_bytes() == PAYLOAD and leftovers(tmp_path) == ["f.bin"]
+    assert RangeHandler.served == [("/ranged", "bytes=300000-", len(PAYLOAD) - 300_000)]
+
+
+def test_server_without_range_support_restarts_from_zero(rserver, tmp_path):
+    interrupt(rserver + "/plain", tmp_path / "f.bin", 300_000)
+    out = download(rserver + "/plain", tmp_path / "f.bin", sha256=SHA, progress=False)
+    assert out.read_bytes() == PAYLOAD and leftovers(tmp_path) == ["f.bin"]
+    assert RangeHandler.served == [("/plain", "bytes=300000-", len(PAYLOAD))]
+
+
+def test_mismatched_content_range_restarts_cleanly(rserver, tmp_path):
+    interrupt(rserver + "/badrange", tmp_path / "f.bin", 300_000)
+    out = download(rserver + "/badrange", tmp_path / "f.bin", progress=False)
+    assert out.read_bytes() == PAYLOAD and leftovers(tmp_path) == ["f.bin"]
+    assert RangeHandler.served == [("/badrange", "bytes=300000-", len(PAYLOAD)), ("/badrange", None, len(PAYLOAD))]
+
+
+def test_unsatisfiable_range_restarts_cleanly(rserver, tmp_path):
+    interrupt(rserver + "/ranged", tmp_path / "f.bin", 300_000)
+    with open(tmp_path / "f.bin.part", "ab") as fh:     # longer than the file: 416
+        fh.write(b"x" * len(PAYLOAD))
+    out = download(rserver + "/ranged", tmp_path / "f.bin", progress=False)
+    assert out.read_bytes() == PAYLOAD and leftovers(tmp_path) == ["f.bin"]
+    n = 300_000 + len(PAYLOAD)
+    assert RangeHandler.served == [("/ranged", f"bytes={n}-", 0), ("/ranged", None, len(PAYLOAD))]
+
+
+def test_corrupt_partial_is_discarded_not_resumed_forever(rserver, tmp_path):
+    interrupt(rserver + "/ranged", tmp_path / "f.bin", 300_000)
+    with open(tmp_path / "f.bin.part", "r+b") as fh:
+        fh.seek(1000)
+        fh.write(b"\xff")
+    with pytest.raises(DownloadError, match="has sha256 .* expected one of .*nothing was kept"):
+        download(rserver + "/ranged", tmp_path / "f.bin", sha256=SHA, progress=False)
+    assert leftovers(tmp_path) == []
+    RangeHandler.served.clear()
+    out = download(rserver + "/ranged", tmp_path / "f.bin", sha256=SHA, progress=False)
+    assert out.read_bytes() == PAYLOAD and RangeHandler.served == [("/ranged", None, len(PAYLOAD))]
+
+
+def test_partial_of_another_url_is_not_resumed(rserver, tmp_path):
+    # without a checksum, appending the rest of one file to the start of another would go unnoticed
+    interrupt(rserver + "/ranged-other", tmp_path / "f.bin", 300_000)
+    out = download(rserver + "/ranged", tmp_path / "f.bin", progress=False)
+    assert out.read_bytes() == PAYLOAD and RangeHandler.served == [("/ranged", None, len(PAYLOAD))]

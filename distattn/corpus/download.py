@@ -1,18 +1,29 @@
-"""Downloads that are atomic and checked: a temporary file, size and checksum verified, then
-a rename. A failed or interrupted download leaves nothing under the final name."""
+"""Downloads that are checked and resumable: the bytes go to ``dest + ".part"``, the size and
+checksum are verified over the whole file, then it is renamed onto ``dest``. A failed download
+leaves nothing under the final name; an interrupted one leaves its ``.part`` file (and a small
+``.part.json`` naming the URL), which the next call for the same URL and ``dest`` resumes with
+an HTTP ``Range`` request."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
+import json
 import numbers
 import os
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
-from distattn.atomic import atomic_path
+from distattn.atomic import write_json
+
+try:
+    import fcntl
+except ImportError:     # Windows: no lock; two concurrent downloads to one dest must be avoided by the caller
+    fcntl = None
 
 
 class DownloadError(OSError):
@@ -30,15 +41,68 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def _locked(part: Path) -> Iterator:
+    """``part`` opened for reading and writing (created if missing), under an exclusive lock: two
+    processes downloading to one ``dest`` (e.g. DDP ranks) take turns instead of writing into one
+    partial file together."""
+    while True:
+        fh = open(part, "a+b")
+        try:
+            locked = False
+            if fcntl is not None:
+                with contextlib.suppress(OSError):      # a file system without locks: go on unlocked
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+                    locked = True
+            if locked:
+                try:    # the holder we waited for may have renamed or removed the file meanwhile
+                    same = os.stat(part).st_ino == os.fstat(fh.fileno()).st_ino
+                except FileNotFoundError:
+                    same = False
+                if not same:
+                    continue
+            yield fh
+            return
+        finally:
+            fh.close()
+
+
+def _read_state(meta: Path) -> dict:
+    try:
+        state = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _discard(part: Path, meta: Path) -> None:
+    for p in (part, meta):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
 def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = None,
              size: Iterable[int] | None = None, progress: bool = True, timeout: float = 60.0,
              verify: Callable[[Path, str], None] | None = None) -> Path:
-    """Download ``url`` to ``dest`` atomically.
+    """Download ``url`` to ``dest``, atomically and resumably.
 
     ``sha256`` / ``size``: accepted checksums / sizes (any one may match; a single one may be
-    given alone); ``None`` skips the check. ``verify(tmp_path, sha256_hex)`` runs on the complete temporary file before the
-    rename and may raise to reject it. Raises :class:`DownloadError` naming the URL and the
-    mismatch; on any failure nothing is left at ``dest`` or beside it.
+    given alone); ``None`` skips the check. ``verify(part_path, sha256_hex)`` runs on the complete
+    file before the rename and may raise to reject it. Raises :class:`DownloadError` naming the
+    URL and the mismatch.
+
+    The bytes are written to ``dest + ".part"`` (fsynced), never to ``dest`` until the whole file
+    has passed the checks. A download that breaks off keeps its ``.part`` file and a
+    ``.part.json`` (the URL, the server's ``ETag``/``Last-Modified`` and length); the next call
+    with the same URL and ``dest`` asks for the rest (``Range: bytes=N-``, with ``If-Range``) and
+    appends it if the server answers 206 with a matching ``Content-Range``. It starts again from
+    byte 0 if the server answers 200 (no range support, or the file changed), 416, or a
+    ``Content-Range`` that does not match, and if the partial file came from another URL.
+    A complete file that fails a check (size, sha256, ``verify``), and a request that fails
+    before any byte arrived, leave nothing at ``dest`` or beside it.
     """
     dest = Path(dest)
     if isinstance(sha256, str):          # one checksum, not 64 one-character ones
@@ -47,44 +111,116 @@ def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = N
         size = [size]
     sha_ok = {s.lower() for s in sha256} if sha256 is not None else None
     size_ok = set(size) if size is not None else None
-    with atomic_path(dest) as tmp:
-        h = hashlib.sha256()
-        n = 0
+    part = dest.with_name(dest.name + ".part")
+    meta = dest.with_name(dest.name + ".part.json")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(part) as out:
         try:
-            resp = urllib.request.urlopen(url, timeout=timeout)
+            h, n = _fetch(url, out, meta, dest.name, progress, timeout)
+        finally:
+            if os.fstat(out.fileno()).st_size == 0:     # nothing arrived: nothing to resume
+                _discard(part, meta)
+        digest = h.hexdigest()
+        try:
+            if size_ok is not None and n not in size_ok:
+                raise DownloadError(f"download of {url} has {n} bytes; expected one of {sorted(size_ok)} "
+                                    "(truncated or wrong file); nothing was kept")
+            if sha_ok is not None and digest not in sha_ok:
+                raise DownloadError(f"download of {url} has sha256 {digest}; expected one of {sorted(sha_ok)}; "
+                                    "nothing was kept")
+            if verify is not None:
+                verify(part, digest)
+        except BaseException:
+            _discard(part, meta)      # a complete but wrong file: resuming it would fail forever
+            raise
+        os.replace(part, dest)
+        with contextlib.suppress(FileNotFoundError):
+            meta.unlink()
+    return dest
+
+
+def _fetch(url: str, out, meta: Path, name: str, progress: bool, timeout: float):
+    """Fill the locked partial file ``out`` with the whole body of ``url``, resuming what it holds.
+    Returns (sha256 object over the whole file, its length)."""
+    offset = out.seek(0, os.SEEK_END)
+    state = _read_state(meta) if offset else {}
+    if offset and state.get("url") != url:
+        offset = 0                      # a partial from another URL (or of unknown origin)
+    while True:
+        headers = {}
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+            validator = state.get("etag") or state.get("last_modified")
+            if validator:
+                headers["If-Range"] = validator
+        try:
+            resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+        except urllib.error.HTTPError as exc:
+            if offset and exc.code == 416:  # range not satisfiable: the partial is no prefix of this file
+                exc.close()
+                offset = 0
+                continue
+            raise DownloadError(f"could not download {url}: {getattr(exc, 'reason', exc)}") from exc
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise DownloadError(f"could not download {url}: {getattr(exc, 'reason', exc)}") from exc
-        with resp, open(tmp, "wb") as out:
-            total = resp.headers.get("Content-Length") if hasattr(resp, "headers") else None
-            bar = None
-            if progress:
-                from tqdm.auto import tqdm
-                bar = tqdm(total=int(total) if total else None, unit="B", unit_scale=True,
-                           desc=f"download {dest.name}")
-            try:
-                while block := resp.read(1 << 20):
-                    out.write(block)
-                    h.update(block)
-                    n += len(block)
-                    if bar is not None:
-                        bar.update(len(block))
-            except (OSError, http.client.HTTPException) as exc:   # IncompleteRead: a cut chunked body
-                raise DownloadError(f"download of {url} broke off after {n} bytes: {exc}") from exc
-            finally:
+        hdrs = resp.headers if hasattr(resp, "headers") else {}
+        length = hdrs.get("Content-Length")
+        length = int(length) if length is not None and length.strip().isdigit() else None
+        whole = None                    # the full file's length, where the server says
+        if offset:
+            m = _CONTENT_RANGE.match(hdrs.get("Content-Range") or "")
+            if getattr(resp, "status", None) != 206:
+                offset = 0              # 200: the server ignores Range, or the file changed (If-Range)
+            elif (m is None or int(m[1]) != offset or (m[3] != "*" and (
+                    int(m[2]) + 1 != int(m[3]) or state.get("length") not in (None, int(m[3]))))):
+                resp.close()            # not the rest of the file we have the start of
+                offset = 0
+                continue
+            else:
+                whole = int(m[3]) if m[3] != "*" else None
+        if not offset:
+            out.seek(0)
+            out.truncate()
+            etag = hdrs.get("ETag")
+            state = {"url": url, "etag": etag if etag and not etag.startswith("W/") else None,
+                     "last_modified": hdrs.get("Last-Modified"), "length": length}
+            write_json(meta, state)
+            whole = length
+        break
+    h = hashlib.sha256()
+    out.seek(0)
+    while offset and (block := out.read(min(1 << 20, offset - out.tell()))):
+        h.update(block)
+    out.seek(0, os.SEEK_END)
+    n = got = offset
+    with resp:
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=whole, initial=offset, unit="B", unit_scale=True, desc=f"download {name}")
+        try:
+            while block := resp.read(1 << 20):
+                out.write(block)
+                h.update(block)
+                n += len(block)
                 if bar is not None:
-                    bar.close()
-        digest = h.hexdigest()
-        # read(amt) does not raise when the server closes before Content-Length bytes: a body
-        # cut short was kept when no size or checksum was given
-        if total is not None and total.strip().isdigit() and n != int(total):
-            raise DownloadError(f"download of {url} broke off after {n} of the {int(total)} bytes the server "
-                                "announced; nothing was kept")
-        if size_ok is not None and n not in size_ok:
-            raise DownloadError(f"download of {url} has {n} bytes; expected one of {sorted(size_ok)} "
-                                "(truncated or wrong file); nothing was kept")
-        if sha_ok is not None and digest not in sha_ok:
-            raise DownloadError(f"download of {url} has sha256 {digest}; expected one of {sorted(sha_ok)}; "
-                                "nothing was kept")
-        if verify is not None:
-            verify(tmp, digest)
-    return dest
+                    bar.update(len(block))
+        except (OSError, http.client.HTTPException) as exc:   # IncompleteRead: a cut chunked body
+            raise DownloadError(f"download of {url} broke off after {n} bytes: {exc}; {_kept(out, n)}") from exc
+        finally:
+            if bar is not None:
+                bar.close()
+            out.flush()
+            os.fsync(out.fileno())
+    # read(amt) does not raise when the server closes before Content-Length bytes: a body
+    # cut short was kept when no size or checksum was given
+    expected = got + length if length is not None else whole
+    if expected is not None and n != expected:
+        raise DownloadError(f"download of {url} broke off after {n} of the {expected} bytes the server "
+                            f"announced; {_kept(out, n)}")
+    return h, n
+
+
+def _kept(out, n: int) -> str:
+    return (f"the {n} bytes received are kept in {out.name} and the next call resumes from there" if n
+            else "nothing was kept")
