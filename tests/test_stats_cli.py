@@ -256,3 +256,28 @@ def test_help_states_each_options_default_once_and_as_used(monkeypatch):
         assert line.count("(default:") <= 1, line
     split = next(line for line in lines if line.lstrip().startswith("--split"))
     assert "(default: train+test+unsup)" in split and "None" not in split
+
+
+def test_a_save_that_breaks_off_leaves_no_stats_json_describing_a_mixed_set(tmp_path, monkeypatch):
+    # Statistics.save wrote each file atomically but not the set: a save that broke off after the new
+    # vocab.json and cooc.npz left the earlier run's ppmi.npz and stats.json (its config) beside them
+    import hashlib
+    from distattn.stats import pipeline
+    out = tmp_path / "o"
+    build_statistics(StatsConfig(corpus="paper", svd_dim=2)).save(out)
+    meta = json.loads((out / "stats.json").read_text())
+    assert sorted(meta["files"]) == ["cooc.npz", "embeddings.npy", "ppmi.npz", "vocab.json"]
+    for name, f in meta["files"].items():
+        data = (out / name).read_bytes()
+        assert f == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    second = build_statistics(StatsConfig(corpus="paper", neg=2.0))
+    save_npz = pipeline._save_npz
+
+    def crash_on_ppmi(path, m):
+        if path.name == "ppmi.npz":
+            raise OSError("disk full")
+        save_npz(path, m)
+    monkeypatch.setattr(pipeline, "_save_npz", crash_on_ppmi)
+    with pytest.raises(OSError, match="disk full"):
+        second.save(out)
+    assert not (out / "stats.json").exists()

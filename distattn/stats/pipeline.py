@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from distattn.atomic import atomic_path, config_hash
-from distattn.corpus import Vocabulary, get_corpus, tokenize_corpus
+from distattn.corpus import Vocabulary, get_corpus, sha256_file, tokenize_corpus
 from distattn.corpus.registry import check_corpus_options
 from distattn.paths import cache_dir
 from distattn.stats.cooccurrence import OOV_MODES, WEIGHTINGS, cooccurrence
@@ -97,9 +97,18 @@ class Statistics:
                 "timings_s": {k: round(v, 3) for k, v in self.timings.items()}}
 
     def save(self, out: str | Path) -> list[Path]:
-        """Write vocab.json, cooc.npz, ppmi.npz, (embeddings.npy), stats.json into ``out``."""
+        """Write vocab.json, cooc.npz, ppmi.npz, (embeddings.npy), stats.json into ``out``.
+
+        Each file is written atomically, and so is the set: an earlier run's stats.json is
+        removed first and the new one is written last, with the name, size and sha256 of every
+        file of the set (``"files"``). A folder without stats.json holds an unfinished set (a
+        save that crashed midway may have left a mix of two runs' files); one with it holds
+        the files it lists (an earlier run's embeddings.npy, which this run has none of, is gone).
+        """
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
+        # the old stats.json would otherwise describe a mix of this run's and an earlier run's files
+        (out / "stats.json").unlink(missing_ok=True)
         written = [out / "vocab.json", out / "cooc.npz", out / "ppmi.npz"]
         self.vocab.save(written[0])
         _save_npz(written[1], self.cooc)
@@ -110,8 +119,10 @@ class Statistics:
             written.append(out / "embeddings.npy")
         else:       # an earlier run's vectors would sit beside this run's vocab.json as if they were its own
             (out / "embeddings.npy").unlink(missing_ok=True)
+        files = {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in written}
         with atomic_path(out / "stats.json") as tmp:
-            tmp.write_text(json.dumps({"config": dataclasses.asdict(self.config), **self.summary()}, indent=1))
+            tmp.write_text(json.dumps({"config": dataclasses.asdict(self.config), **self.summary(),
+                                       "files": files}, indent=1))
         written.append(out / "stats.json")
         return written
 
