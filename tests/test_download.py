@@ -225,3 +225,13 @@ def test_partial_of_another_url_is_not_resumed(rserver, tmp_path):
     interrupt(rserver + "/ranged-other", tmp_path / "f.bin", 300_000)
     out = download(rserver + "/ranged", tmp_path / "f.bin", progress=False)
     assert out.read_bytes() == PAYLOAD and RangeHandler.served == [("/ranged", None, len(PAYLOAD))]
+
+
+def test_empty_file_downloads_to_an_empty_dest(tmp_path):
+    # the partial file of a zero-byte download was discarded as 'nothing arrived' and the rename failed
+    src = tmp_path / "empty.bin"
+    src.write_bytes(b"")
+    dest = download(src.as_uri(), tmp_path / "out" / "empty.bin", sha256=hashlib.sha256(b"").hexdigest(),
+                    progress=False)
+    assert dest.read_bytes() == b""
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["empty.bin"]

@@ -117,9 +117,10 @@ def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = N
     with _locked(part) as out:
         try:
             h, n = _fetch(url, out, meta, dest.name, progress, timeout)
-        finally:
+        except BaseException:
             if os.fstat(out.fileno()).st_size == 0:     # nothing arrived: nothing to resume
                 _discard(part, meta)
+            raise
         digest = h.hexdigest()
         try:
             if size_ok is not None and n not in size_ok:
