@@ -200,6 +200,82 @@ def test_named_hook_can_edit_pattern():
     assert torch.allclose(m(ids), base, atol=1e-6)
 
 
+@pytest.mark.parametrize("positional", ["learned", "rope", "relative"])
+def test_hook_q_k_v_capture_each_heads_queries_keys_values(positional):
+    # hook_q / hook_k / hook_v hold x W_Q, x W_K (rotated under RoPE) and x W_V per head, (B, H, T, d_k)
+    from distattn.models import capture_hooks
+    torch.manual_seed(2)
+    m = tiny_lm(positional=positional, n_layers=1, bias=True)
+    attn = m.trunk.blocks[0].attn
+    torch.nn.init.normal_(attn.qkv.bias)
+    ids, _ = batch(B=2, T=7)
+    inputs = []
+    h = attn.register_forward_pre_hook(lambda mod, args: inputs.append(args[0].detach()))
+    names = [f"trunk.blocks.0.attn.hook_{n}" for n in "qkv"]
+    try:
+        with torch.no_grad(), capture_hooks(m, names) as cache:
+            m(ids)
+    finally:
+        h.remove()
+    (x,) = inputs
+    W = attn.head_weights()
+    bq, bk, bv = (b.detach().view(4, 1, 4) for b in attn.qkv.bias.split(16))      # (H, 1, d_k)
+    q = torch.einsum("btd,hdk->bhtk", x, W["W_Q"]) + bq
+    k = torch.einsum("btd,hdk->bhtk", x, W["W_K"]) + bk
+    v = torch.einsum("btd,hdk->bhtk", x, W["W_V"]) + bv
+    if positional == "rope":
+        q, k = attn.rotary(q), attn.rotary(k)
+    for name, want in zip(names, (q, k, v)):
+        assert cache[name].shape == (2, 4, 7, 4)
+        torch.testing.assert_close(cache[name], want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("positional", ["learned", "relative"])
+def test_hooking_q_k_v_keeps_the_fused_path_and_the_output(monkeypatch, positional):
+    calls = []
+    real = attention_module.F.scaled_dot_product_attention
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", counting)
+    m = tiny_lm(positional=positional)
+    ids, _ = batch()
+    with torch.no_grad():
+        base = m(ids)
+        calls.clear()
+        points = hook_points(m)
+        seen = []
+        handles = [points[f"trunk.blocks.{layer}.attn.hook_{n}"].register_forward_hook(
+            lambda mod, inp, out: seen.append(out.shape)) for layer in range(2) for n in "qkv"]
+        try:
+            hooked = m(ids)
+        finally:
+            for h in handles:
+                h.remove()
+    assert len(calls) == 2 and len(seen) == 6      # the fused kernel, once per layer: nothing materialised
+    assert torch.equal(hooked, base)
+
+
+@pytest.mark.parametrize("positional", ["none", "rope", "relative"])
+def test_pair_scores_are_hook_scores_where_the_causal_mask_allows(positional):
+    # pair_scores(q, k) gives every pair's score; hook_scores is the same below the diagonal, -inf above it
+    torch.manual_seed(3)
+    m = tiny_lm(positional=positional, n_layers=1)
+    attn = m.trunk.blocks[0].attn
+    if attn.relative is not None:
+        torch.nn.init.normal_(attn.relative.vectors, std=1.0)
+    ids, _ = batch(B=2, T=6)
+    with torch.no_grad():
+        _, cache = m(ids, capture=True)
+        pairs = attn.pair_scores(cache["trunk.blocks.0.attn.hook_q"], cache["trunk.blocks.0.attn.hook_k"])
+    scores = cache["trunk.blocks.0.attn.hook_scores"]
+    below = torch.ones(6, 6, dtype=torch.bool).tril()
+    assert torch.equal(pairs[..., below], scores[..., below])
+    assert torch.isinf(scores[..., ~below]).all() and torch.isfinite(pairs).all()
+
+
 # -- positions ------------------------------------------------------------------------------------
 
 def test_sinusoidal_table_follows_the_formula():

@@ -7,6 +7,11 @@
   softmax; masked entries are ``-inf``) and the pattern (after it) through named hook points of
   shape (batch, n_heads, T_query, T_key).
 
+On both paths the per-head queries, keys and values pass through ``hook_q``, ``hook_k``, ``hook_v``
+(batch, n_heads, T, d_k; queries and keys after the rotary embedding); hooking them keeps the fused
+path. :meth:`MultiHeadSelfAttention.pair_scores` gives the scores of *every* (query, key) pair from
+captured queries and keys, unmasked (a causal layer's ``hook_scores`` holds ``-inf`` above the diagonal).
+
 Both paths compute the same function (tests pin them to each other).
 """
 
@@ -82,6 +87,9 @@ class MultiHeadSelfAttention(nn.Module):
         self.relative = (RelativePositions(self.head_dim, max_len - 1 if rel_max_distance is None
                                            else int(rel_max_distance))
                          if positional == "relative" else None)
+        self.hook_q = HookPoint()        # (B, H, T, d_k), queries after the rotary embedding (if any)
+        self.hook_k = HookPoint()        # (B, H, T, d_k), keys after the rotary embedding (if any)
+        self.hook_v = HookPoint()        # (B, H, T, d_k), values
         self.hook_scores = HookPoint()   # (B, H, T, T), scaled, before the softmax
         self.hook_pattern = HookPoint()  # (B, H, T, T), after the softmax
 
@@ -92,6 +100,20 @@ class MultiHeadSelfAttention(nn.Module):
         per_head = lambda w: w.reshape(H, dk, d).transpose(1, 2)              # (H, d_model, d_k)
         w_o = self.out.weight.detach().t().reshape(H, dk, d)                  # (H, d_k, d_model)
         return {"W_Q": per_head(wq), "W_K": per_head(wk), "W_V": per_head(wv), "W_O": w_o}
+
+    def pair_scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """The scaled scores of every (query, key) pair, in float32 and with no mask: (B, H, T, T)
+        ``q_i · k_j / sqrt(d_k)`` (``+ q_i · r_{i-j} / sqrt(d_k)`` under ``positional="relative"``),
+        from queries and keys of shape (B, H, T, d_k) as ``hook_q`` / ``hook_k`` capture them. Where
+        nothing is masked this is what ``hook_scores`` holds; a causal layer's ``hook_scores`` is
+        ``-inf`` above the diagonal instead."""
+        scale = 1.0 / math.sqrt(self.head_dim)
+        bias = None if self.relative is None else self.relative(q) * scale
+        with _autocast_off(q.device.type):
+            scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale
+            if bias is not None:
+                scores = scores + bias.float()
+        return scores
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, d_model); key_mask: optional bool (B, T), True where a key may be attended
@@ -106,6 +128,7 @@ class MultiHeadSelfAttention(nn.Module):
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         scale = 1.0 / math.sqrt(self.head_dim)
         if self.causal:
             key_mask = None   # right padding: a real query never sees a later (padded) key
@@ -122,18 +145,16 @@ class MultiHeadSelfAttention(nn.Module):
                 allowed = key_mask[:, None, None, :]
             if self.causal:
                 allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            bias = None if self.relative is None else self.relative(q) * scale
             if not explicit:     # relative positions, nobody listening: fused kernel with a float mask
+                bias = self.relative(q) * scale
                 if allowed is not None:
                     bias = bias.masked_fill(~allowed, float("-inf"))
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p)
             else:
                 # scores and pattern in float32 even under bf16/fp16 autocast, so that what the hooks
                 # capture is not rounded to 8 bits of mantissa (a bf16 pattern's rows sum to 1 ± 1e-2)
+                scores = self.pair_scores(q, k)
                 with _autocast_off(x.device.type):
-                    scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale
-                    if bias is not None:
-                        scores = scores + bias.float()
                     if allowed is not None:
                         scores = scores.masked_fill(~allowed, float("-inf"))
                     scores = self.hook_scores(scores)

@@ -76,7 +76,8 @@ class TransformerClassifier(nn.Module):
 
     ``forward(ids, attention_mask)`` returns logits of shape (B,); ``predict_proba`` the sigmoid.
     With ``capture=True`` it returns ``(logits, cache)``, the cache holding every hook point
-    (``trunk.blocks.{l}.attn.hook_scores`` / ``hook_pattern``: (B, H, T, T)).
+    (``trunk.blocks.{l}.attn.hook_scores`` / ``hook_pattern``: (B, H, T, T); ``trunk.blocks.{l}.attn.hook_q`` /
+    ``hook_k`` / ``hook_v``: (B, H, T, d_k), queries and keys after the rotary embedding).
     """
 
     def __init__(self, config: ClassifierConfig):

@@ -1,10 +1,12 @@
 """Named hook points, in the spirit of TransformerLens.
 
 A :class:`HookPoint` is an identity module placed where an activation worth reading is
-computed (``blocks.0.attn.hook_scores``, ``blocks.0.attn.hook_pattern``...). Register a
-forward hook on it to read or edit the activation; :func:`run_with_cache` records every
-hook point for one forward pass. Attention layers check :attr:`HookPoint.active` and take the
-explicit (materialised) path only when someone listens, so unused capture costs nothing.
+computed (``blocks.0.attn.hook_q`` / ``hook_k`` / ``hook_v``, ``blocks.0.attn.hook_scores``,
+``blocks.0.attn.hook_pattern``...). Register a forward hook on it to read or edit the activation;
+:func:`run_with_cache` records every hook point for one forward pass. Attention layers check
+:attr:`HookPoint.active` on ``hook_scores`` and ``hook_pattern`` and take the explicit (materialised)
+path only when someone listens there, so unused capture costs nothing (queries, keys and values
+are captured on the fused path).
 """
 
 from __future__ import annotations

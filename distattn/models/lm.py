@@ -152,7 +152,8 @@ class AttentionOnlyConfig:
 
 class ProjectionMatchedLM(nn.Module):
     """``logits = CausalAttn(W_E[x] (+P)) W_U`` (+ ``(W_E[x] (+P)) W_U`` if residual). Hook points:
-    ``attn.hook_scores`` and ``attn.hook_pattern``, (B, n_heads, T, T)."""
+    ``attn.hook_scores`` and ``attn.hook_pattern``, (B, n_heads, T, T); ``attn.hook_q`` / ``hook_k`` / ``hook_v``,
+    (B, n_heads, T, d_k); ``hook_embed``, (B, T, d_model)."""
 
     def __init__(self, config: AttentionOnlyConfig):
         super().__init__()
