@@ -565,3 +565,36 @@ def test_test_documents_shorter_than_eight_tokens_skip_the_agreement_not_the_run
     assert "agreement_summary" not in analysis and "graph" not in analysis and "cka" not in analysis
     assert analysis["spectra"] and analysis["attention_pmi_correlation"]
     assert "no held-out document has 8 tokens" in caplog.text
+
+
+@pytest.mark.parametrize("positional", ["learned", "relative"])
+def test_learned_kernel_is_exp_qk_over_root_d_for_every_pair_the_causal_mask_hides_too(positional):
+    # the CKA's "learned exp(qkᵀ/√d)" came from a causal LM's hook_scores, whose pairs j > i are -inf:
+    # they were filled with the smallest score, so the upper triangle was one constant, not exp(q·k/√d)
+    import torch
+
+    from distattn.compare.run import learned_kernel
+    from distattn.models import LMConfig, TransformerLM, capture_hooks
+    torch.manual_seed(0)
+    model = TransformerLM(LMConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2, max_len=12,
+                                   positional=positional)).eval()
+    attn = model.trunk.blocks[0].attn
+    if attn.relative is not None:
+        torch.nn.init.normal_(attn.relative.vectors, std=1.0)
+    ids = torch.randint(2, 30, (1, 9), generator=torch.Generator().manual_seed(1))
+    K = learned_kernel(model, ids, layer=0, head=0)
+    with torch.no_grad(), capture_hooks(model, ["trunk.blocks.0.attn.hook_q", "trunk.blocks.0.attn.hook_k"]) as c:
+        model(ids)
+    q = c["trunk.blocks.0.attn.hook_q"][0, 0].double().numpy()
+    k = c["trunk.blocks.0.attn.hook_k"][0, 0].double().numpy()
+    s = q @ k.T
+    if attn.relative is not None:               # Shaw et al.: + q_i · r_{clip(i - j)}
+        r, D = attn.relative.vectors.detach().double().numpy(), attn.relative.max_distance
+        i, j = np.indices((9, 9))
+        s = s + np.einsum("id,ijd->ij", q, r[np.clip(i - j, -D, D) + D])
+    s = s / np.sqrt(8)
+    expected = np.exp(s - s.max())
+    assert K.shape == (9, 9)
+    np.testing.assert_allclose(K, expected, rtol=1e-4, atol=1e-7)
+    upper = K[np.triu_indices(9, 1)]
+    assert np.ptp(upper) > 1e-3 * upper.max()   # not one fill value

@@ -259,8 +259,9 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
     from distattn.compare.stages import stage_dir
     # "version" 2: the directional factors and the alignment basis come from the spectra's SVDs;
     # 3: the PPMI and directional-PPMI spectra come from the statistics stage's SVDs; 4: the seed's
-    # IMDB example reviews are drawn for IMDB only; 5: the CKA figure's title names a text corpus's documents
-    d, _ = stage_dir("analysis", {"version": 5, "data": data.key, "stats": stats.key,
+    # IMDB example reviews are drawn for IMDB only; 5: the CKA figure's title names a text corpus's documents;
+    # 6: the learned kernel is exp(q·k/√d) for every pair (it took the causal mask's pairs as the smallest score)
+    d, _ = stage_dir("analysis", {"version": 6, "data": data.key, "stats": stats.key,
                                   "sizes": dataclasses.asdict(sizes),
                                   "models": {n: m.checkpoint.parent.name for n, m in models.items()}})
     if not cache:               # recompute: this run's analysis, never an entry a cached run left there
@@ -275,6 +276,26 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
         for f in (d / sub).iterdir():
             shutil.copy2(f, run_dir / sub / f.name)
     return json.loads((d / "analysis.json").read_text())
+
+
+def learned_kernel(model, ids, layer: int = 0, head: int = 0) -> np.ndarray:
+    """One head's learned attention kernel on one sequence: ``K_ij = exp(s_ij - max s)`` (T, T), ``s_ij``
+    the scaled score of *every* (query, key) pair, ``q_i · k_j / sqrt(d_k)`` (plus ``q_i · r_{i-j} / sqrt(d_k)``
+    under ``positional="relative"``), from the layer's ``hook_q`` / ``hook_k`` and
+    :meth:`~distattn.models.attention.MultiHeadSelfAttention.pair_scores`. A causal layer's
+    ``hook_scores`` would give ``-inf`` for the pairs ``j > i`` the mask hides: not this kernel.
+    ``ids``: (1, T) long tensor; subtracting the largest score keeps ``exp`` finite."""
+    import torch
+
+    from distattn.models import capture_hooks
+    from distattn.models.circuits import attention_layers
+    attn = attention_layers(model)[layer]
+    where = next(n for n, m in model.named_modules() if m is attn)
+    with torch.no_grad(), capture_hooks(model, names=[f"{where}.hook_q", f"{where}.hook_k"]) as cache:
+        model(ids)
+    with torch.no_grad():
+        scores = attn.pair_scores(cache[f"{where}.hook_q"], cache[f"{where}.hook_k"])[0, head].numpy()
+    return np.exp(scores - scores.max())
 
 
 class _Sections:
@@ -481,21 +502,12 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
     section("kernels and CKA")
     if lms and seqs:
         import torch
-
-        from distattn.models import run_with_cache
         s = seqs[0]
         ids_t = torch.as_tensor(np.where(s < 0, unk, s)[None], dtype=torch.long)
         name, model = next(iter(lms.items()))
-        with torch.no_grad():
-            _, cache_ = run_with_cache(model, ids_t, filter=lambda n: n.endswith("hook_scores"))
-        first = sorted(cache_)[0]
-        scores = cache_[first][0, 0].float().numpy()
-        scores = np.where(np.isfinite(scores), scores, np.nan)
-        fill = np.nanmin(scores) if np.isfinite(np.nanmin(scores)) else 0.0
-        scores = np.nan_to_num(scores, nan=fill)
         X = stats.embeddings[np.where(s < 0, 0, s)]
         kernels = {"projection M": A.projection_kernel(context_matrix(s, stats.P)),
-                   "learned exp(qkᵀ/√d)": np.exp(scores - scores.max()),
+                   "learned exp(qkᵀ/√d)": learned_kernel(model, ids_t, layer=0, head=0),   # every pair, unmasked
                    "RBF": A.rbf_kernel(X, gamma="median"), "linear": A.linear_kernel(X),
                    "polynomial": A.polynomial_kernel(X)}
         names, C = A.cka_matrix(kernels)
