@@ -311,3 +311,11 @@ def test_data_with_another_mask_id_than_the_model_is_refused():
     bad_val = MaskedLMData(docs[:20], seq_len=16, mask_id=V - 1)
     with pytest.raises(ValueError, match=f"the val data's mask_id={V - 1}"):
         MaskedLMTask(good, {"val": bad_val}).evaluate(model, torch.device("cpu"))
+
+
+def test_masked_lm_declared_eval_metrics_are_the_ones_evaluate_gives():
+    """MaskedLMTask.eval_metrics (checked against select_on before training) names exactly the keys its
+    evaluate returns; it adds 'accuracy' to LMTask's."""
+    data = MaskedLMData(random_docs(), seq_len=16, mask_id=MASK)
+    task = MaskedLMTask(data, {"val": data}, max_eval_sequences=4)
+    assert sorted(task.evaluate(tiny_mlm(), torch.device("cpu"))["val"]) == sorted(task.eval_metrics)

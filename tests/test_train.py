@@ -783,6 +783,52 @@ def test_select_on_an_evaluation_set_the_task_lacks_is_refused_before_training(t
     assert steps == [] and not (tmp_path / "checkpoint.pt").exists()
 
 
+def test_select_on_a_metric_the_task_does_not_give_is_refused_before_training(tmp_path):
+    """select_on='val/acc' (a typo of 'val/accuracy') was refused only after the first epoch had trained."""
+    docs, y = toy_docs(16)
+    task = ClassificationTask(ClassificationData(docs, y, max_len=16),
+                              eval_sets={"val": ClassificationData(docs, y, max_len=16)})
+    steps = []
+    trainer = Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=8, select_on="val/acc"),
+                      out_dir=tmp_path, callbacks=[lambda tr, step, loss: steps.append(step)])
+    with pytest.raises(ValueError, match=r"select_on='val/acc': the task's evaluation gives no metric 'acc'; "
+                                         r"it gives \['accuracy', 'loss', 'n'\]"):
+        trainer.fit()
+    assert steps == [] and not (tmp_path / "checkpoint.pt").exists()
+
+
+def test_declared_eval_metrics_are_the_ones_evaluate_gives():
+    """The names a task declares up front (eval_metrics, checked against select_on before training) are
+    exactly the keys its evaluate returns for each set."""
+    docs, y = toy_docs(16)
+    data = ClassificationData(docs, y, max_len=16)
+    task = ClassificationTask(data, eval_sets={"val": data})
+    out = task.evaluate(tiny_classifier(), torch.device("cpu"))
+    assert sorted(out["val"]) == sorted(task.eval_metrics)
+    lm_docs = RaggedIds.from_sequences([np.arange(2, 20)] * 4)
+    lm_task = LMTask(LMData(lm_docs, seq_len=8), {"val": LMData(lm_docs, seq_len=8)})
+    lm = TransformerLM(LMConfig(vocab_size=V, d_model=16, n_heads=2, n_layers=1, max_len=8))
+    assert sorted(lm_task.evaluate(lm, torch.device("cpu"))["val"]) == sorted(lm_task.eval_metrics)
+
+
+def test_a_task_without_declared_metrics_still_trains_and_is_checked_after_evaluation(tmp_path):
+    """eval_metrics is optional: a duck-typed task without it trains, and a bad select_on metric is
+    refused once the evaluation shows what it gives."""
+    docs, y = toy_docs(16)
+    inner = ClassificationTask(ClassificationData(docs, y, max_len=16),
+                               eval_sets={"val": ClassificationData(docs, y, max_len=16)})
+
+    class Plain:                          # the protocol only: no eval_metrics
+        eval_sets = inner.eval_sets
+        plan, make_batch, loss = inner.plan, inner.make_batch, inner.loss
+        evaluate, fingerprint = inner.evaluate, inner.fingerprint
+
+    out = Trainer(tiny_classifier(), Plain(), quiet(epochs=1, batch_size=8, select_on="val/loss")).fit()
+    assert out["best"]["epoch"] == 1
+    with pytest.raises(ValueError, match=r"select_on='val/acc': the evaluation has no such entry"):
+        Trainer(tiny_classifier(), Plain(), quiet(epochs=1, batch_size=8, select_on="val/acc")).fit()
+
+
 def test_ddp_token_count_is_the_real_count_summed_over_ranks(tmp_path):
     """Under DDP summary.tokens was rank 0's real tokens times the world size: with padded classification
     batches of unequal real length on the two ranks it was not the count one process reports."""

@@ -416,6 +416,12 @@ class Trainer:
             # refused before training (it was refused after the first epoch, whose training was then lost)
             raise ValueError(f"select_on={cfg.select_on!r}: the task has no evaluation set {selected!r}; "
                              f"its eval_sets are {sorted(sets)}")
+        metrics, metric = getattr(task, "eval_metrics", None), (cfg.select_on or "/").split("/")[1]
+        if cfg.select_on is not None and metrics is not None and metric not in metrics:
+            # a task that declares its metrics has a typo refused before training too (a task that does
+            # not is checked after the first evaluation, in _select)
+            raise ValueError(f"select_on={cfg.select_on!r}: the task's evaluation gives no metric {metric!r}; "
+                             f"it gives {sorted(metrics)}")
         rank, world, local_rank = setup_distributed(cfg.device)
         device = pick_device(cfg.device, local_rank)
         bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")

@@ -116,6 +116,7 @@ class MaskedLMTask(LMTask):
     the masked tokens."""
 
     kind = "mlm"
+    eval_metrics = ("loss", "perplexity", "accuracy", "n_tokens")
 
     def plan(self, batch_size, epoch, seed, rank=0, world=1):
         # the epoch travels inside the indices (epoch · n + i), so make_batch can draw its masks

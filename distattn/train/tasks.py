@@ -3,6 +3,9 @@
 A task offers ``plan(batch_size, epoch, seed, rank, world)`` (index arrays, see
 :func:`epoch_plan`), ``make_batch(index)``, ``loss(model, batch)``,
 ``evaluate(model, device, autocast)`` → ``{set_name: {metric: value}}`` and ``fingerprint()``.
+It may also declare ``eval_metrics``, the metric names each set's evaluation gives: a
+``TrainConfig.select_on`` naming another metric is then refused before training (without the
+declaration, after the first evaluation).
 """
 
 from __future__ import annotations
@@ -94,6 +97,8 @@ class ClassificationTask:
     ``length_grouping``: see :func:`epoch_plan` (0 = plain shuffling, as in the seed).
     """
 
+    eval_metrics = ("accuracy", "loss", "n")
+
     def __init__(self, train: ClassificationData, eval_sets: dict | None = None, *, length_grouping: int = 0,
                  eval_batch_size: int = 256):
         self.train = train
@@ -146,6 +151,7 @@ class LMTask:
     perplexity on each eval set (at most ``max_eval_sequences`` sequences of each)."""
 
     kind = "lm"
+    eval_metrics = ("loss", "perplexity", "n_tokens")
 
     def __init__(self, train: LMData, eval_sets: dict | None = None, *, eval_batch_size: int = 64,
                  max_eval_sequences: int | None = 2048):
