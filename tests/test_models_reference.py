@@ -448,3 +448,29 @@ def test_factored_matrix_indexes_its_head_axes_only():
     assert torch.allclose(F[1].rows([1, 0]), (A @ B)[1, [1, 0]])
     deep = FactoredMatrix(torch.randn(3, 2, 5, 2), torch.randn(3, 2, 2, 6))
     assert torch.allclose(deep[2, 1].to_dense(), (deep.A @ deep.B)[2, 1])
+
+
+@pytest.mark.parametrize("positional", POSITIONS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_double_model_matches_the_float64_reference_to_double_precision(positional, causal):
+    """A .double() model's captured scores and pattern were computed in float32 (about 5e-10 off), and its
+    sinusoidal / RoPE tables were float32-rounded (about 1e-8 off): a float64 model is float64 throughout."""
+    model = classifier(positional, causal=causal).double()
+    ids = torch.tensor([[3, 5, 7, 9, 11, 2, 0, 0], [4, 6, 8, 0, 0, 0, 0, 0]])
+    mask = ids != 0 if not causal else None      # a causal trunk reads no padding mask
+    with torch.no_grad():
+        fast = model.trunk(ids, mask)
+        _, cache = model(ids, mask, capture=True)
+    for b in range(2):
+        n = int(ids[b].ne(0).sum())
+        ref, caught = ref_trunk(model.trunk, ids[b], None if mask is None else mask[b])
+        assert torch.allclose(fast[b, :n], ref[:n], rtol=0, atol=1e-12), positional
+        for layer in range(2):
+            s, a = caught[layer]
+            got_a = cache[f"trunk.blocks.{layer}.attn.hook_pattern"][b]
+            got_s = cache[f"trunk.blocks.{layer}.attn.hook_scores"][b]
+            assert got_a.dtype == got_s.dtype == torch.float64
+            assert torch.allclose(got_a[:, :n], a[:, :n], rtol=0, atol=1e-12)
+            fin = torch.isfinite(s[:, :n])
+            assert torch.equal(torch.isfinite(got_s[:, :n]), fin)
+            assert torch.allclose(got_s[:, :n][fin], s[:, :n][fin], rtol=0, atol=1e-12)

@@ -102,17 +102,19 @@ class MultiHeadSelfAttention(nn.Module):
         return {"W_Q": per_head(wq), "W_K": per_head(wk), "W_V": per_head(wv), "W_O": w_o}
 
     def pair_scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        """The scaled scores of every (query, key) pair, in float32 and with no mask: (B, H, T, T)
+        """The scaled scores of every (query, key) pair, with no mask: (B, H, T, T)
         ``q_i · k_j / sqrt(d_k)`` (``+ q_i · r_{i-j} / sqrt(d_k)`` under ``positional="relative"``),
         from queries and keys of shape (B, H, T, d_k) as ``hook_q`` / ``hook_k`` capture them. Where
         nothing is masked this is what ``hook_scores`` holds; a causal layer's ``hook_scores`` is
-        ``-inf`` above the diagonal instead."""
+        ``-inf`` above the diagonal instead. In float32 (float64 for a float64 model), also under
+        bf16/fp16 autocast."""
         scale = 1.0 / math.sqrt(self.head_dim)
         bias = None if self.relative is None else self.relative(q) * scale
+        acc = torch.promote_types(q.dtype, torch.float32)
         with _autocast_off(q.device.type):
-            scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale
+            scores = torch.matmul(q.to(acc), k.to(acc).transpose(-2, -1)) * scale
             if bias is not None:
-                scores = scores + bias.float()
+                scores = scores + bias.to(acc)
         return scores
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -152,13 +154,15 @@ class MultiHeadSelfAttention(nn.Module):
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p)
             else:
                 # scores and pattern in float32 even under bf16/fp16 autocast, so that what the hooks
-                # capture is not rounded to 8 bits of mantissa (a bf16 pattern's rows sum to 1 ± 1e-2)
+                # capture is not rounded to 8 bits of mantissa (a bf16 pattern's rows sum to 1 ± 1e-2);
+                # a float64 model keeps float64 (float32 put its pattern about 5e-10 off)
+                acc = torch.promote_types(q.dtype, torch.float32)
                 scores = self.pair_scores(q, k)
                 with _autocast_off(x.device.type):
                     if allowed is not None:
                         scores = scores.masked_fill(~allowed, float("-inf"))
                     scores = self.hook_scores(scores)
-                    pattern = torch.softmax(scores.float(), dim=-1)
+                    pattern = torch.softmax(scores.to(acc), dim=-1)
                     if key_mask is not None:  # a query with no key to attend: zeros, as the fused kernel gives (not NaN)
                         pattern = pattern.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
                     pattern = self.hook_pattern(pattern)

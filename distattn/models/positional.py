@@ -37,12 +37,16 @@ def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
     for name, value in (("max_len", max_len), ("d_model", d_model)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
-    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    return _sinusoidal64(max_len, d_model).float()
+
+
+def _sinusoidal64(max_len: int, d_model: int, device=None) -> torch.Tensor:
+    pos = torch.arange(max_len, dtype=torch.float64, device=device)[:, None]
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64, device=device) / d_model)
+    table = torch.zeros(max_len, d_model, dtype=torch.float64, device=device)
     table[:, 0::2] = torch.sin(pos * freq)
     table[:, 1::2] = torch.cos(pos * freq)[:, : d_model // 2]
-    return table.float()
+    return table
 
 
 class AbsolutePositions(nn.Module):
@@ -61,6 +65,10 @@ class AbsolutePositions(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_length(x.shape[1], self.table.shape[0])
+        if self.kind == "sinusoidal" and x.dtype == torch.float64:
+            # the buffer holds float32-rounded values (.double() does not restore the lost digits, and
+            # a float64 buffer could not go to MPS): a float64 model gets the exact table (about 1e-8 apart)
+            return x + _sinusoidal64(x.shape[1], x.shape[2], x.device)
         return x + self.table[: x.shape[1]].to(x.dtype)
 
 
@@ -71,16 +79,26 @@ class Rotary(nn.Module):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"positional='rope' needs an even head dimension; got head_dim={head_dim}")
-        inv = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-        angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv[None, :]
-        angles = torch.cat([angles, angles], dim=-1)
+        self.head_dim, self.base = head_dim, base
+        angles = self._angles(max_len)
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def _angles(self, T: int, device=None) -> torch.Tensor:
+        """(T, head_dim) float64 rotation angles, each pair's angle twice (rotate-half)."""
+        inv = 1.0 / self.base ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64, device=device)
+                                  / self.head_dim)
+        angles = torch.arange(T, dtype=torch.float64, device=device)[:, None] * inv[None, :]
+        return torch.cat([angles, angles], dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         T = x.shape[-2]
         _check_length(T, self.cos.shape[0])
-        cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
+        if x.dtype == torch.float64:   # exact angles, not the float32-rounded buffers (see AbsolutePositions)
+            angles = self._angles(T, x.device)
+            cos, sin = angles.cos(), angles.sin()
+        else:
+            cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
         x1, x2 = x.chunk(2, dim=-1)
         return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
