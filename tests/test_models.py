@@ -425,6 +425,23 @@ def test_classifier_takes_a_pretrained_lm_trunk():
         other.load_trunk(lm)
 
 
+def test_load_trunk_ignores_the_ffn_width_of_attention_only_trunks():
+    """Two attention-only trunks (mlp=False) have no FFN, so d_ff (and the activation) shape nothing: a
+    pretrained one of another d_ff was refused. A trunk with an MLP still refuses one without."""
+    from distattn.train.recipes import classifier_from_lm
+    lm = TransformerLM(LMConfig(vocab_size=V, d_model=16, n_heads=2, n_layers=2, max_len=12, mlp=False, d_ff=24,
+                                activation="gelu"))
+    clf = TransformerClassifier(classifier_from_lm(lm.config, max_len=12, d_ff=40, activation="relu"))
+    clf.load_trunk(lm)
+    assert torch.equal(clf.trunk.blocks[1].attn.qkv.weight, lm.trunk.blocks[1].attn.qkv.weight)
+    with_mlp = TransformerClassifier(classifier_from_lm(lm.config, max_len=12, mlp=True, d_ff=24))
+    with pytest.raises(ValueError, match="'mlp': \\(False, True\\)"):
+        with_mlp.load_trunk(lm)
+    with_wide_mlp = TransformerClassifier(classifier_from_lm(lm.config, max_len=12, mlp=True, d_ff=40))
+    with pytest.raises(ValueError, match="'d_ff': \\(24, 40\\).*'mlp': \\(False, True\\)"):
+        with_wide_mlp.load_trunk(lm)
+
+
 def test_config_round_trip_and_build():
     cfg = seed_classifier_config(vocab_size=V, d_model=8, n_heads=2, max_len=4)
     again = config_from_dict(cfg.to_dict())

@@ -127,8 +127,10 @@ class TransformerClassifier(nn.Module):
                         "bias", "mlp", "causal")
                 # d_ff=None means 4·d_model: compare the widths the trunks were built with
                 value = lambda cfg, k: cfg.ff_width if k == "d_ff" else getattr(cfg, k)
+                # the FFN's width and activation shape nothing when neither trunk has an FFN (mlp=False)
+                ffn_only = ("d_ff", "activation") if not (src_cfg.mlp or mine.mlp) else ()
                 diff = {k: (value(src_cfg, k), value(mine, k)) for k in keys
-                        if value(src_cfg, k) != value(mine, k)}
+                        if k not in ffn_only and value(src_cfg, k) != value(mine, k)}
                 if diff:
                     raise ValueError(f"pretrained trunk does not match this classifier: {diff} "
                                      f"(pretrained, classifier)")
