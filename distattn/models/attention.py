@@ -120,7 +120,9 @@ class MultiHeadSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, d_model); key_mask: optional bool (B, T), True where a key may be attended
         (right-padded batches; a row with no True key attends to nothing: its attention output is
-        zero, on the fused and on the capture path alike). Returns (B, T, d_model)."""
+        zero, on the fused and on the capture path alike). A causal layer does not read it: with
+        right padding no real query sees a (later) padded key, and the fused causal kernel stays in
+        use; a left-padded or gapped mask is not honoured there. Returns (B, T, d_model)."""
         B, T, _ = x.shape
         if key_mask is not None:     # a float mask would be *added* to the scores by the fused kernel
             if key_mask.dtype != torch.bool:

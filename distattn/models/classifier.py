@@ -75,6 +75,8 @@ class TransformerClassifier(nn.Module):
     """Binary sequence classifier: trunk, masked mean pooling, MLP head → one logit.
 
     ``forward(ids, attention_mask)`` returns logits of shape (B,); ``predict_proba`` the sigmoid.
+    ``attention_mask`` marks right padding (as :class:`~distattn.train.ClassificationData` makes it):
+    a causal trunk does not mask keys, so a left-padded batch would attend to its padding.
     With ``capture=True`` it returns ``(logits, cache)``, the cache holding every hook point
     (``trunk.blocks.{l}.attn.hook_scores`` / ``hook_pattern``: (B, H, T, T); ``trunk.blocks.{l}.attn.hook_q`` /
     ``hook_k`` / ``hook_v``: (B, H, T, d_k), queries and keys after the rotary embedding).

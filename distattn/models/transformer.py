@@ -205,7 +205,8 @@ class Transformer(nn.Module):
         init_weights(self, c)
 
     def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """ids: (B, T) int; attention_mask: optional (B, T), 1/True for real tokens, 0 for right padding."""
+        """ids: (B, T) int; attention_mask: optional (B, T), 1/True for real tokens, 0 for right padding
+        (a causal trunk reads no mask: right padding needs none there, and left padding is not honoured)."""
         check_ids(ids, self.config.max_len, self.config.vocab_size)
         x = self.tok_emb(ids)
         if self.pos is not None:
