@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -1052,3 +1053,19 @@ def test_save_and_load_model_see_through_a_ddp_wrapper(tmp_path):
         assert torch.equal(other.lm_head.weight, lm.lm_head.weight)
     finally:
         dist.destroy_process_group()
+
+
+def test_a_subclass_that_adds_a_metric_may_select_on_it(tmp_path):
+    """A ClassificationTask subclass whose evaluate adds a metric inherits eval_metrics, which does not
+    list it: select_on on the new metric must train (checked after evaluation), not be refused up front."""
+    docs, y = toy_docs(16)
+
+    class WithMargin(ClassificationTask):
+        def evaluate(self, model, device, autocast=contextlib.nullcontext):
+            out = super().evaluate(model, device, autocast)
+            return {name: {**m, "margin": 1.0 - m["loss"]} for name, m in out.items()}
+
+    data = ClassificationData(docs, y, max_len=16)
+    out = Trainer(tiny_classifier(), WithMargin(data, eval_sets={"val": data}),
+                  quiet(epochs=1, batch_size=8, select_on="val/margin")).fit()
+    assert out["best"]["epoch"] == 1

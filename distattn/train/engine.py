@@ -350,6 +350,24 @@ class _State:
     best: dict | None = None
 
 
+def _declared_metrics(task) -> tuple | None:
+    """The metric names ``task`` declares its ``evaluate`` gives (``eval_metrics``), or None where the
+    declaration may not describe it: a subclass that overrides ``evaluate`` (and may add a metric)
+    without declaring its own names inherits a list that is not its own; it is checked after its
+    first evaluation, like a task that declares nothing."""
+    own = getattr(task, "__dict__", {})
+    if "eval_metrics" in own:
+        return own["eval_metrics"]
+    if "evaluate" in own:
+        return None
+    mro = type(task).__mro__
+    declares = next((c for c in mro if "eval_metrics" in vars(c)), None)
+    evaluates = next((c for c in mro if "evaluate" in vars(c)), None)
+    if declares is None or (evaluates is not None and not issubclass(declares, evaluates)):
+        return None
+    return declares.eval_metrics
+
+
 class Trainer:
     """Train ``model`` on ``task`` (see :mod:`distattn.train.tasks`) following ``config``.
 
@@ -416,7 +434,7 @@ class Trainer:
             # refused before training (it was refused after the first epoch, whose training was then lost)
             raise ValueError(f"select_on={cfg.select_on!r}: the task has no evaluation set {selected!r}; "
                              f"its eval_sets are {sorted(sets)}")
-        metrics, metric = getattr(task, "eval_metrics", None), (cfg.select_on or "/").split("/")[1]
+        metrics, metric = _declared_metrics(task), (cfg.select_on or "/").split("/")[1]
         if cfg.select_on is not None and metrics is not None and metric not in metrics:
             # a task that declares its metrics has a typo refused before training too (a task that does
             # not is checked after the first evaluation, in _select)
