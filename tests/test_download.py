@@ -116,7 +116,7 @@ OTHER = bytes(reversed(range(256))) * 4096
 class RangeHandler(http.server.BaseHTTPRequestHandler):
     """/ranged* honour ``Range: bytes=N-``, /plain ignores it, /badrange answers 206 with a range
     that starts at 0 whatever was asked. ``cut[path] = K`` cuts the next response after K bytes."""
-    served = []   # (path, Range header, body bytes sent), one per request
+    served = []   # (path, Range header, body bytes the response holds), one per request
     cut = {}
 
     def log_message(self, *a):
@@ -132,8 +132,8 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
                 self.send_response(416)
                 self.send_header("Content-Range", f"bytes */{len(body)}")
                 self.send_header("Content-Length", "0")
-                self.end_headers()
                 self.served.append((self.path, rng, 0))
+                self.end_headers()
                 return
             self.send_response(206)
             self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
@@ -141,12 +141,17 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
             self.send_response(200)
         chunk = body[start:]
         self.send_header("Content-Length", str(len(chunk)))
-        self.end_headers()
         k = self.cut.pop(self.path, None)
         sent = chunk[:k] if k is not None else chunk
-        self.wfile.write(sent)
-        self.wfile.flush()
+        # recorded before the headers go out, so in request order: a client that drops a response it
+        # refuses (a mismatched Content-Range) breaks the pipe mid-write, and the record must not be lost with it
         self.served.append((self.path, rng, len(sent)))
+        self.end_headers()
+        try:
+            self.wfile.write(sent)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            return
         if k is not None:
             self.connection.close()
 
