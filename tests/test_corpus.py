@@ -702,3 +702,43 @@ def test_vocabulary_ties_between_words_that_differ_by_trailing_nuls_are_alphabet
     tc = tokenize_corpus(TextCorpus(path), tokenizer=WhitespaceTokenizer(), cache=False)
     assert tc.types == ["b\x00", "a\x00", "a", "b"]                    # first-seen order, all counted once
     assert tc.vocabulary().words == ["a", "a\x00", "b", "b\x00"]
+
+
+class DefaultSplitCorpus(ListCorpus):
+    """A fingerprinted corpus whose documents leave ``split`` at its default."""
+    name = "defaultsplit"
+
+    def __iter__(self):
+        return (Document(t) for t in self.texts)
+
+
+def test_plain_string_documents_and_the_document_default_have_the_split_all():
+    """The default split was '', which tc.split could never select (it refuses '' and knew no 'all')."""
+    tc = tokenize_corpus(["a b", b"c", Document("d e")], cache=False)
+    assert tc.docs.split_names == ["all"]
+    assert len(tc.split("all")) == 3
+
+
+@pytest.mark.parametrize("split", ["", "train+unsup", " train", "train ", None])
+def test_a_document_split_that_could_never_be_selected_is_refused_naming_the_document(split):
+    docs = [Document("a b", split="train"), Document("c", split=split, name="d1")]
+    what = "must be a string, got None" if split is None else f"{split!r} could never be selected"
+    with pytest.raises(ValueError, match=re.escape(f"document 1 ('d1'): 'split' {what}")):
+        tokenize_corpus(docs, cache=False)
+    if split is not None:
+        with pytest.raises(ValueError, match=r"document 0: 'split' .*allowed: a non-empty name without '\+'"):
+            tokenize_corpus([Document("c", split=split)], cache=False)
+
+
+def test_a_cache_entry_with_the_old_empty_split_is_rebuilt_under_the_same_key(tmp_path):
+    """Tokens cached when the default split was '' must not be served with that split now."""
+    corpus = DefaultSplitCorpus(["a b", "c"])
+    tokenize_corpus(corpus, cache=tmp_path)
+    (entry,) = tmp_path.iterdir()
+    meta = json.loads((entry / "meta.json").read_text())
+    meta["split_names"] = [""]                      # as the old code wrote it
+    (entry / "meta.json").write_text(json.dumps(meta))
+    tc = tokenize_corpus(corpus, cache=tmp_path)
+    assert tc.docs.split_names == ["all"] and len(tc.split("all")) == 2
+    assert [p.name for p in tmp_path.iterdir()] == [entry.name]
+    assert json.loads((entry / "meta.json").read_text())["split_names"] == ["all"]

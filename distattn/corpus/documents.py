@@ -12,13 +12,35 @@ NO_LABEL = -1
 class Document:
     """One document. ``text`` is ``str`` or UTF-8 ``bytes``; ``label`` is an int class in
     [0, 127] (IMDB: 1 = positive, 0 = negative) or ``NO_LABEL`` (-1); ``rating`` is in [0, 127],
-    0 when unknown. Tokenization refuses other values, naming the document."""
+    0 when unknown; ``split`` is the name ``TokenizedCorpus.split`` selects it by: ``"all"`` by
+    default (as in the built-in text and paper corpora; a plain string or bytes document gets it
+    too), else a non-empty name without ``+`` (which joins splits, as in ``"train+unsup"``) and
+    without spaces at its ends. Tokenization refuses other values, naming the document."""
 
     text: str | bytes
     label: int = NO_LABEL
     rating: int = 0
-    split: str = ""
+    split: str = "all"
     name: str = ""
+
+
+def selectable_split(split) -> bool:
+    """Whether ``TokenizedCorpus.split`` can select documents of split ``split`` by name: a
+    non-empty string without ``+`` and without spaces at its ends (the selection parses ``"a+b"``
+    as two splits, refuses ``""`` and strips spaces)."""
+    return isinstance(split, str) and bool(split) and "+" not in split and split == split.strip()
+
+
+def check_split(split, where: str) -> str:
+    """``split`` if :func:`selectable_split`, else a ValueError naming ``where``, the value and
+    what is allowed."""
+    if not isinstance(split, str):
+        raise ValueError(f"{where}: 'split' must be a string, got {split!r}")
+    if not selectable_split(split):
+        raise ValueError(f"{where}: 'split' {split!r} could never be selected ('+' joins splits, as in "
+                         "'train+unsup'); allowed: a non-empty name without '+' and without spaces at its "
+                         "ends, e.g. 'train'")
+    return split
 
 
 class Corpus:

@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-from distattn.corpus.documents import NO_LABEL, Corpus, Document
+from distattn.corpus.documents import NO_LABEL, Corpus, Document, check_split
 
 SUPPORTED = (".txt file (one document per line)", "directory of .txt files", ".jsonl file with a 'text' field")
 
@@ -102,14 +102,9 @@ class TextCorpus(Corpus):
                 split = obj.get("split")
                 if split is None:
                     split = "all"
-                if not isinstance(split, str):          # str() made null the split 'None'
-                    raise ValueError(f"{self.path}:{i}: 'split' must be a string, got {split!r}")
-                if not split or "+" in split or split != split.strip():
-                    # .split() reads 'a+b' as two splits, refuses '' and strips spaces: such a split was
-                    # read, and then no name selected its documents
-                    raise ValueError(f"{self.path}:{i}: 'split' {split!r} could never be selected ('+' joins "
-                                     "splits, as in 'train+unsup'); allowed: a non-empty name without '+' "
-                                     "and without spaces at its ends, e.g. 'train'")
+                # not a string: str() made null the split 'None'; .split() reads 'a+b' as two splits,
+                # refuses '' and strips spaces: such a split was read, and then no name selected it
+                check_split(split, f"{self.path}:{i}")
                 yield Document(obj["text"], label=label, split=split, name=f"line{i}")
 
     def _txt_lines(self) -> Iterator[tuple[int, bytes]]:

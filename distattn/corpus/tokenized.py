@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from distattn.atomic import atomic_dir, config_hash, ensure_writable_dir
-from distattn.corpus.documents import Corpus, Document
+from distattn.corpus.documents import Corpus, Document, check_split, selectable_split
 from distattn.corpus.ragged import RaggedIds
 from distattn.corpus.tokenize import tokenize_to_bytes, tokenizer_config, unicode_tokenizer
 from distattn.corpus.vocabulary import DEFAULT_SPECIALS, Vocabulary, _not_a_string
@@ -248,7 +248,12 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
     tokenizer with a ``config()`` method (:class:`RegexTokenizer`, :class:`WhitespaceTokenizer`,
     :class:`SeedLiteralTokenizer`, or your own class returning a JSON-able dict that changes when
     its output would) is cached: a plain function or lambda is tokenized afresh every time.
-    ``cache``: True (the user cache directory), False (no cache), or a directory.
+    ``cache``: True (the user cache directory), False (no cache), or a directory; a corpus
+    without a ``fingerprint()`` (e.g. a list of strings) is never cached.
+
+    A plain ``str`` or ``bytes`` document becomes a :class:`Document` of split ``"all"``, as in
+    the built-in corpora; a split that ``TokenizedCorpus.split`` could never select (empty,
+    containing ``+`` or with spaces at its ends) is refused, naming the document.
     """
     _not_a_string(corpus, "corpus", "a Corpus, e.g. get_corpus('text', path=...), or a list of strings or "
                                     "Documents (a string would be read as one document per character)")
@@ -266,11 +271,20 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
         entry = root / f"{getattr(corpus, 'name', 'corpus')}-{key}"
         if (entry / "meta.json").exists():
             try:
-                return TokenizedCorpus.load(entry)
+                cached = TokenizedCorpus.load(entry)
             # a damaged entry is rebuilt, never trusted; EOFError: an empty .npy (numpy raises it for a
             # file of zero bytes, what a crash before the data reached the disk can leave)
             except (OSError, ValueError, KeyError, EOFError) as exc:
                 log.warning("ignoring damaged tokenized cache %s: %s", entry, exc)
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                if all(map(selectable_split, cached.docs.split_names)):
+                    return cached
+                # written before splits were checked: a document without a split was cached with
+                # the split '' (no name selects it; it is 'all' now). Rebuilt, which renames it or
+                # refuses the corpus; the key is unchanged, so valid entries are still served
+                log.info("rebuilding tokenized cache %s: split names %s", entry, cached.docs.split_names)
+                del cached                     # its mmap, before the files go
                 shutil.rmtree(entry, ignore_errors=True)
         elif entry.exists():                   # no meta.json: not an entry this code wrote whole
             shutil.rmtree(entry, ignore_errors=True)
@@ -320,7 +334,8 @@ def _tokenize(corpus, tokenizer, fingerprint, progress) -> TokenizedCorpus:
         pending.append(tokenize_to_bytes(tokenizer, doc.text))
         labels.append(doc.label)
         ratings.append(doc.rating)
-        if doc.split not in split_names:
+        if doc.split not in split_names:    # '' (the old default) was kept, and then no name selected it
+            check_split(doc.split, f"document {i}" + (f" ({doc.name!r})" if doc.name else ""))
             split_names.append(doc.split)
         split_codes.append(split_names.index(doc.split))
         if len(pending) >= _CHUNK_DOCS:
