@@ -474,3 +474,31 @@ def test_a_double_model_matches_the_float64_reference_to_double_precision(positi
             fin = torch.isfinite(s[:, :n])
             assert torch.equal(torch.isfinite(got_s[:, :n]), fin)
             assert torch.allclose(got_s[:, :n][fin], s[:, :n][fin], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("make", ["lm", "classifier"])
+def test_a_double_models_circuits_are_float64(make):
+    """qk_circuit / ov_circuit cast every weight to float32, so a .double() model's circuits were rounded
+    (about 1e-7 off the float64 product); a float32 model's stay float32, bit for bit as before."""
+    model = lm("rope") if make == "lm" else classifier("learned")
+    for dtype in (torch.float32, torch.float64):
+        m = model.to(dtype)
+        sd = m.state_dict()
+        E = sd["trunk.tok_emb.weight"]
+        for layer in range(2):
+            Wqkv = sd[f"trunk.blocks.{layer}.attn.qkv.weight"]
+            Wo = sd[f"trunk.blocks.{layer}.attn.out.weight"]
+            qk, ov = qk_circuit(m, layer), ov_circuit(m, layer)
+            assert qk.A.dtype == qk.B.dtype == ov.A.dtype == ov.B.dtype == dtype
+            for h in range(2):
+                WQ, WK, WV = (Wqkv[i * 8 + h * 4:i * 8 + (h + 1) * 4].t() for i in range(3))
+                WO = Wo[:, h * 4:(h + 1) * 4].t()
+                right = WO if "lm_head.weight" not in sd else WO @ sd["lm_head.weight"].t()
+                if dtype == torch.float64:      # to 1e-12 of the largest entry (the LM's init is small)
+                    for got, want in ((qk[h].to_dense(), (E @ WQ) @ (E @ WK).t()), (ov[h].to_dense(), (E @ WV) @ right)):
+                        assert (got - want).abs().max() <= 1e-12 * want.abs().max()
+                else:                       # unchanged: the same float32 products as before
+                    assert torch.equal(qk[h].A, E @ WQ) and torch.equal(qk[h].B, (E @ WK).t())
+                    assert torch.equal(ov[h].A, E @ WV) and torch.equal(ov[h].B, right)
+    half = model.to(torch.bfloat16)                     # lower precision weights: float32 circuits, as before
+    assert qk_circuit(half, 0).A.dtype == ov_circuit(half, 0).B.dtype == torch.float32

@@ -9,10 +9,10 @@ For head h of layer l (TransformerLens' conventions, ``x @ W`` with row vectors)
   logits, the counterpart of a row of ``QS``. Models without an unembedding (the classifier)
   give ``W_E W_V^h W_O^h`` (vocab × d_model).
 
-Both are returned as :class:`FactoredMatrix` objects ``A @ B`` with a leading head axis; the
-vocab × vocab product is never formed unless asked (:meth:`FactoredMatrix.to_dense`, which
-checks memory first). LayerNorm, biases and positions are left out: these are the direct
-token-to-token paths of the weights.
+Both are returned as :class:`FactoredMatrix` objects ``A @ B`` with a leading head axis, in float32
+(also for bf16/fp16 weights; float64 for a float64 model); the vocab × vocab product is never
+formed unless asked (:meth:`FactoredMatrix.to_dense`, which checks memory first). LayerNorm,
+biases and positions are left out: these are the direct token-to-token paths of the weights.
 """
 
 from __future__ import annotations
@@ -137,19 +137,28 @@ def _layer(model, layer):
     return layers[int(layer)]
 
 
+def _acc(weight: torch.Tensor) -> torch.dtype:
+    """The circuits' dtype: float32 (also for bf16/fp16 weights), float64 for a float64 model."""
+    return torch.promote_types(weight.dtype, torch.float32)
+
+
 @torch.no_grad()
 def qk_circuit(model: nn.Module, layer: int = 0) -> FactoredMatrix:
     """(n_heads, vocab, vocab): ``(W_E W_Q^h) @ (W_E W_K^h)ᵀ``."""
     w = _layer(model, layer).head_weights()
-    E = embedding_weight(model).float()
-    return FactoredMatrix(E @ w["W_Q"].float(), (E @ w["W_K"].float()).transpose(-2, -1))
+    E = embedding_weight(model)
+    acc = _acc(E)
+    E = E.to(acc)
+    return FactoredMatrix(E @ w["W_Q"].to(acc), (E @ w["W_K"].to(acc)).transpose(-2, -1))
 
 
 @torch.no_grad()
 def ov_circuit(model: nn.Module, layer: int = 0) -> FactoredMatrix:
     """(n_heads, vocab, vocab): ``(W_E W_V^h) @ (W_O^h W_U)``; (n_heads, vocab, d_model) without W_U."""
     w = _layer(model, layer).head_weights()
-    E = embedding_weight(model).float()
+    E = embedding_weight(model)
+    acc = _acc(E)
+    E = E.to(acc)
     U = unembedding_weight(model)
-    right = w["W_O"].float() if U is None else w["W_O"].float() @ U.float()
-    return FactoredMatrix(E @ w["W_V"].float(), right)
+    right = w["W_O"].to(acc) if U is None else w["W_O"].to(acc) @ U.to(acc)
+    return FactoredMatrix(E @ w["W_V"].to(acc), right)
