@@ -549,6 +549,33 @@ def test_lm_loss_refuses_a_mask_or_out_of_range_ids_as_targets():
     torch.testing.assert_close(loss32, lm(ids, ids)[1])
 
 
+
+def test_lm_loss_of_float64_logits_is_float64():
+    """lm_loss cast the logits to float32, so a .double() LM's loss was rounded (about 1e-7 off the float64
+    cross-entropy); float32 / bf16 logits still give the float32 loss as before."""
+    from distattn.models import lm_loss
+    g = torch.Generator().manual_seed(0)
+    logits = 3 * torch.randn(2, 5, V, generator=g, dtype=torch.float64)
+    targets = torch.randint(0, V, (2, 5), generator=g)
+    targets[1, 3:] = -1
+    terms = [torch.logsumexp(logits[b, t], 0) - logits[b, t, targets[b, t]]
+             for b in range(2) for t in range(5) if targets[b, t] >= 0]
+    want = sum(terms) / len(terms)
+    got = lm_loss(logits, targets)
+    assert got.dtype == torch.float64 and abs(got.item() - want.item()) <= 1e-12
+    lm = tiny_lm().double()                                     # through the model, as training computes it
+    ids = torch.randint(2, V, (2, 6), generator=g)
+    out, loss = lm(ids, ids)
+    assert loss.dtype == torch.float64
+    ref = torch.nn.functional.cross_entropy(out.reshape(-1, V), ids.reshape(-1))
+    assert abs(loss.item() - ref.item()) <= 1e-12
+    for low in (torch.float32, torch.bfloat16, torch.float16):  # lower precision: float32, bit for bit as before
+        x = logits.to(low)
+        want = torch.nn.functional.cross_entropy(x.reshape(-1, V).float(), targets.reshape(-1), ignore_index=-1,
+                                                 reduction="sum") / len(terms)
+        got = lm_loss(x, targets)
+        assert got.dtype == torch.float32 and torch.equal(got, want)
+
 def test_attention_masks_mean_what_they_say():
     """MultiHeadSelfAttention(x, key_mask.float()) once passed the 0/1 floats to the fused kernel as an
     *additive* bias (no key masked at all) and a (B, T') mask failed with torch's 'The size of tensor a (5)

@@ -32,7 +32,8 @@ __all__ = ["LMConfig", "TransformerLM", "AttentionOnlyConfig", "ProjectionMatche
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy (fp32 softmax) over the targets that are not ``IGNORE_INDEX``
+    """Mean next-token cross-entropy (float32 softmax, also for bf16/fp16 logits; float64 for float64
+    logits) over the targets that are not ``IGNORE_INDEX``
     (-1); every other target must be an id in ``[0, vocab_size)``. ``targets`` has the shape of
     ``logits`` less the vocabulary axis; with no target to score the loss is 0 (not NaN)."""
     if targets.shape != logits.shape[:-1]:
@@ -46,7 +47,8 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
                 "(not -100: that is another library's)")
     targets = targets.long()
     flat = targets.reshape(-1)
-    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), flat, ignore_index=IGNORE_INDEX,
+    acc = torch.promote_types(logits.dtype, torch.float32)
+    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).to(acc), flat, ignore_index=IGNORE_INDEX,
                             reduction="sum")
     return total / (flat != IGNORE_INDEX).sum().clamp(min=1)      # the mean, without 0/0 on all-ignored targets
 
