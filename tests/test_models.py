@@ -121,6 +121,23 @@ def test_predict_proba_runs_in_evaluation_mode_and_restores_the_mode():
     assert torch.equal(got, want) and m.training
 
 
+
+def test_predict_proba_of_a_double_model_is_float64():
+    """predict_proba cast the logit to float32, so a .double() classifier's probabilities were rounded (about
+    1e-8 off the float64 sigmoid); a float32 / bf16 model still gets float32 probabilities as before."""
+    m = tiny_classifier()
+    ids, mask = batch()
+    with torch.no_grad():
+        logit32 = m(ids, mask)
+    assert torch.equal(m.predict_proba(ids, mask), torch.sigmoid(logit32.float()))
+    assert m.to(torch.bfloat16).predict_proba(ids, mask).dtype == torch.float32
+    m = m.double()
+    with torch.no_grad():
+        logit = m(ids, mask)
+    want = torch.tensor([1 / (1 + math.exp(-z)) for z in logit.tolist()], dtype=torch.float64)
+    got = m.predict_proba(ids, mask)
+    assert got.dtype == torch.float64 and torch.allclose(got, want, rtol=0, atol=1e-12)
+
 # -- capture and the two attention paths ----------------------------------------------------------
 
 @pytest.mark.parametrize("positional", POSITIONAL)

@@ -104,11 +104,13 @@ class TransformerClassifier(nn.Module):
     @torch.no_grad()
     def predict_proba(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Positive-class probabilities, computed in evaluation mode (no dropout; a model in training
-        mode once gave a different answer at each call); the model's mode is restored after."""
+        mode once gave a different answer at each call); the model's mode is restored after. In float32
+        (also for a bf16/fp16 model; float64 for a float64 model)."""
         was_training = self.training
         self.eval()
         try:
-            return torch.sigmoid(self(ids, attention_mask).float())
+            logit = self(ids, attention_mask)
+            return torch.sigmoid(logit.to(torch.promote_types(logit.dtype, torch.float32)))
         finally:
             self.train(was_training)
 
