@@ -180,7 +180,8 @@ class TorchModelAdapter:
         with torch.no_grad(), capture_hooks(self.model, filter=lambda name: name.endswith("hook_pattern")) as cache:
             body(ids)
         names = sorted(cache, key=lambda n: [int(p) if p.isdigit() else p for p in n.split(".")])
-        return np.stack([cache[n][0].float().cpu().numpy() for n in names]).astype(np.float64)
+        # .double(): exact from float32/bf16 captures, and a float64 model's are not rounded to float32
+        return np.stack([cache[n][0].double().cpu().numpy() for n in names])
 
     def qk_circuit(self, layer: int = 0):
         from distattn.models import qk_circuit

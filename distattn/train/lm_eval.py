@@ -95,7 +95,8 @@ class NextTokenScorer:
                     out = self.model(ids)
             else:
                 out = self.model(ids)
-        return out.float()
+        # float32 (also for bf16 logits); a float64 model's logits stay float64
+        return out.to(torch.promote_types(out.dtype, torch.float32))
 
     @torch.no_grad()
     def score_next_tokens(self, documents, *, temperature: float = 1.0, prior=None, prior_weight: float = 0.0):
@@ -137,14 +138,16 @@ class NextTokenScorer:
         """Rows ``t`` = scores of token ``t + 1`` given ``token_ids[:t + 1]`` for one document."""
         doc = np.asarray(token_ids, dtype=np.int64)
         L = len(doc)
-        rows = torch.empty(max(L - 1, 0), self.vocab_size, device=self.device)
+        rows = None
         from distattn.corpus.ragged import RaggedIds
         for d, a, first, stop in self._windows(RaggedIds(doc.astype(np.int32), np.array([0, L]))):
             x = np.concatenate([[self.bos_id], doc])[a:stop]
             x[x < 0] = self.oov_id
             logits = self._logits(torch.from_numpy(x)[None].to(self.device))[0]
+            if rows is None:         # the logits' dtype (float64 for a float64 model)
+                rows = torch.empty(max(L - 1, 0), self.vocab_size, device=self.device, dtype=logits.dtype)
             rows[first - 1:stop - 1] = logits[first - a:stop - a]
-        return rows
+        return rows if rows is not None else torch.empty(max(L - 1, 0), self.vocab_size, device=self.device)
 
 
 def evaluate_lm(model, documents, *, unk_id: int | None = 1, bos_id: int = 0, stride: int | None = None,

@@ -119,7 +119,8 @@ class ClassificationTask:
 
     def loss(self, model, batch):
         logits = model(batch["ids"], batch["attention_mask"])
-        return F.binary_cross_entropy_with_logits(logits.float(), batch["labels"])
+        acc = torch.promote_types(logits.dtype, torch.float32)     # float32, float64 for a float64 model
+        return F.binary_cross_entropy_with_logits(logits.to(acc), batch["labels"].to(acc))
 
     @in_eval_mode
     def predict(self, model, data: ClassificationData, device, autocast=contextlib.nullcontext) -> np.ndarray:
@@ -132,7 +133,7 @@ class ClassificationTask:
             b = to_device(data.batch(idx), device)
             with autocast():
                 logits = model(b["ids"], b["attention_mask"])
-            probs[idx] = torch.sigmoid(logits.float()).cpu().numpy()
+            probs[idx] = torch.sigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32))).cpu().numpy()
         return probs
 
     @in_eval_mode
