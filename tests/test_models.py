@@ -181,7 +181,8 @@ def test_capture_under_bf16_autocast_is_float32(positional):
         np.testing.assert_allclose(pattern.numpy(), torch.softmax(scores, -1).numpy(), atol=1e-6)
 
 
-def test_unused_capture_costs_nothing(monkeypatch):
+def count_fused_calls(monkeypatch) -> list:
+    """A list that gets one entry per call of the fused F.scaled_dot_product_attention."""
     calls = []
     real = attention_module.F.scaled_dot_product_attention
 
@@ -190,6 +191,11 @@ def test_unused_capture_costs_nothing(monkeypatch):
         return real(*a, **k)
 
     monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", counting)
+    return calls
+
+
+def test_unused_capture_costs_nothing(monkeypatch):
+    calls = count_fused_calls(monkeypatch)
     m = tiny_lm()
     ids, _ = batch()
     m(ids)
@@ -249,14 +255,7 @@ def test_hook_q_k_v_capture_each_heads_queries_keys_values(positional):
 
 @pytest.mark.parametrize("positional", ["learned", "relative"])
 def test_hooking_q_k_v_keeps_the_fused_path_and_the_output(monkeypatch, positional):
-    calls = []
-    real = attention_module.F.scaled_dot_product_attention
-
-    def counting(*a, **k):
-        calls.append(1)
-        return real(*a, **k)
-
-    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", counting)
+    calls = count_fused_calls(monkeypatch)
     m = tiny_lm(positional=positional)
     ids, _ = batch()
     with torch.no_grad():
