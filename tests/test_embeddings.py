@@ -221,3 +221,24 @@ def test_inputs_of_the_wrong_kind_are_refused_by_name():
         SVDEmbeddings(dim=1).fit(X, words="abc")
     with pytest.raises(TypeError, match="words='abc' is a string"):
         SVDEmbeddings(dim=1).fit(X).to_keyed_vectors("abc")
+
+
+def test_fit_takes_y_second_so_a_pipeline_does_not_pass_labels_as_words():
+    """fit's signature was fit(X, words=None, y=None): scikit-learn passes y as the second positional
+    argument (Pipeline, cross-validation, check_fit_score_takes_y), so the labels became ``words_``
+    (and a y that is not a list raised TypeError). y comes second now and is ignored; words is
+    given by keyword."""
+    from sklearn.pipeline import make_pipeline
+    from sklearn.utils.estimator_checks import check_fit_score_takes_y
+
+    from distattn.stats.weighting import PPMITransformer
+
+    X = low_rank()
+    labels = np.arange(X.shape[0]) % 2
+    check_fit_score_takes_y("SVDEmbeddings", SVDEmbeddings(dim=1))
+    assert SVDEmbeddings(dim=3).fit(X, labels).words_ is None
+    pipe = make_pipeline(PPMITransformer(), SVDEmbeddings(dim=3)).fit(np.abs(X), labels)
+    assert pipe[-1].words_ is None
+    words = [f"w{i}" for i in range(X.shape[0])]
+    assert SVDEmbeddings(dim=3).fit(X, words=words).words_ == words
+    assert SVDEmbeddings(dim=3).fit(X, None, words).words_ == words

@@ -227,11 +227,11 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
             raise ValueError(f"eig must be a finite real number >= 0, got {eig!r}.")
         return float(eig)
 
-    def fit(self, X, words=None, y=None):
+    def fit(self, X, y=None, words=None):
         """Factorise ``X`` (n_words, n_contexts), sparse or dense, usually ``ppmi(counts)``.
 
-        ``words`` (optional, length n_words) labels the rows for :meth:`to_keyed_vectors`.
-        ``y`` is ignored. Returns ``self``.
+        ``y`` is ignored (scikit-learn's second argument). ``words`` (optional, length n_words)
+        labels the rows for :meth:`to_keyed_vectors`. Returns ``self``.
         """
         eig = self._check_eig()
         X = check_array(X, accept_sparse=("csr", "csc"), dtype=np.float64)
@@ -320,7 +320,7 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
         if words is None:
             words = self.words_
         if words is None:
-            raise ValueError("to_keyed_vectors needs words: pass them here or to fit(X, words).")
+            raise ValueError("to_keyed_vectors needs words: pass them here or to fit(X, words=...).")
         _not_a_string(words, "words", "a sequence with one word per row")
         words = list(words)
         n_words = self.vectors_.shape[0]
