@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from numpy.testing import assert_allclose
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from distattn.memory import MemoryBudgetError
 from distattn.stats.embeddings import SVDEmbeddings, truncated_svd
@@ -242,3 +243,19 @@ def test_fit_takes_y_second_so_a_pipeline_does_not_pass_labels_as_words():
     words = [f"w{i}" for i in range(X.shape[0])]
     assert SVDEmbeddings(dim=3).fit(X, words=words).words_ == words
     assert SVDEmbeddings(dim=3).fit(X, None, words).words_ == words
+
+
+def _svd_expected_failures(estimator):
+    # With one sample or one feature no dim satisfies 1 <= dim < min(X.shape); the error says so
+    # in those words rather than in the phrases these checks look for.
+    reason = "the error names the dim bound 1 <= dim < min(X.shape), not '1 sample' / '1 feature'"
+    return {"check_fit2d_1sample": reason, "check_fit2d_1feature": reason}
+
+
+@pytest.mark.filterwarnings("ignore")
+@parametrize_with_checks([SVDEmbeddings(dim=1), SVDEmbeddings(dim=1, algorithm="arpack", eig=1.0)],
+                         expected_failed_checks=_svd_expected_failures)
+def test_sklearn_compatible(estimator, check):
+    """SVDEmbeddings accepts sparse input, but its tags said input_tags.sparse=False
+    (check_estimator_sparse_tag: 'The tag is inconsistent and must be fixed')."""
+    check(estimator)

@@ -221,6 +221,11 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
         self.random_state = random_state
         self.algorithm = algorithm
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
     def _check_eig(self) -> float:
         eig = self.eig
         if isinstance(eig, bool) or not isinstance(eig, numbers.Real) or not np.isfinite(eig) or eig < 0:
