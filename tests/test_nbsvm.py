@@ -171,3 +171,23 @@ def test_min_df_keeps_frequent_ngrams_only():
     pruned = NBSVMClassifier(ngram_range=(1, 2), min_df=3).fit(docs, y)
     np.testing.assert_array_equal(pruned.features_, full.features_[df >= 3])
     assert sparse.issparse(pruned.transform(docs))
+
+
+@pytest.mark.parametrize("bad_refit", ["three_classes", "min_df_too_high"])
+def test_a_failed_refit_leaves_the_fitted_model_as_it_was(bad_refit):
+    """fit set classes_, vocab_size_ and features_ before its last checks: a refit refused for three
+    classes left the old weights with the new classes_, so predict silently returned the wrong
+    labels ('b'/'a' for 1/0), and one refused for min_df left features_ that no longer matched coef_
+    (predict: 'matmul: dimension mismatch')."""
+    docs, y = _random_docs()
+    clf = NBSVMClassifier().fit(docs, y)
+    before = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in vars(clf).items() if k.endswith("_")}
+    expected = clf.predict(docs)
+    with pytest.raises(ValueError):
+        if bad_refit == "three_classes":
+            clf.fit(docs, np.array(["a", "b", "c"])[np.arange(len(docs)) % 3])
+        else:
+            clf.set_params(min_df=10_000).fit(docs, y)
+    for k, v in before.items():
+        assert np.array_equal(getattr(clf, k), v), k
+    np.testing.assert_array_equal(clf.predict(docs), expected)

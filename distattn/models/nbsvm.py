@@ -173,12 +173,14 @@ class NBSVMClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"tol must be a number > 0; got {self.tol!r}")
         return int(rng[0]), int(rng[1])
 
-    def _binary(self, docs: RaggedIds, codes: np.ndarray, owners: np.ndarray) -> sparse.csr_matrix:
-        """Document × feature 0/1 matrix over ``features_`` (codes not among them are dropped)."""
-        col = np.searchsorted(self.features_, codes)
-        col[col == len(self.features_)] = 0
-        known = self.features_[col] == codes if len(self.features_) else np.zeros(len(codes), bool)
-        n_feat = len(self.features_)
+    def _binary(self, docs: RaggedIds, codes: np.ndarray, owners: np.ndarray, features=None) -> sparse.csr_matrix:
+        """Document × feature 0/1 matrix over ``features`` (default ``features_``; codes not among
+        them are dropped)."""
+        features = self.features_ if features is None else features
+        col = np.searchsorted(features, codes)
+        col[col == len(features)] = 0
+        known = features[col] == codes if len(features) else np.zeros(len(codes), bool)
+        n_feat = len(features)
         pairs = np.unique(owners[known] * n_feat + col[known])
         return sparse.csr_matrix((np.ones(len(pairs)), (pairs // n_feat, pairs % n_feat)),
                                  shape=(len(docs), n_feat))
@@ -201,26 +203,24 @@ class NBSVMClassifier(ClassifierMixin, BaseEstimator):
         y = np.asarray(y)
         if y.shape != (len(ragged),):
             raise ValueError(f"y has shape {y.shape}; expected ({len(ragged)},), one label per document")
-        self.classes_ = np.unique(y)
-        if len(self.classes_) != 2:
-            raise ValueError(f"NBSVM needs exactly two classes in y; got {len(self.classes_)}: "
-                             f"{self.classes_[:5].tolist()}")
-        positive = y == self.classes_[1]
+        classes = np.unique(y)
+        if len(classes) != 2:
+            raise ValueError(f"NBSVM needs exactly two classes in y; got {len(classes)}: "
+                             f"{classes[:5].tolist()}")
+        positive = y == classes[1]
         codes, owners = ngram_codes(ragged, vocab_size, (lo, hi))
-        self.vocab_size_ = vocab_size
-        self.ngram_range_ = (lo, hi)
-        self.features_ = np.unique(codes)
-        X = self._binary(ragged, codes, owners)
+        features = np.unique(codes)
+        X = self._binary(ragged, codes, owners, features)
         if self.min_df > 1:
             keep = np.flatnonzero(np.diff(X.tocsc().indptr) >= self.min_df)
-            self.features_, X = self.features_[keep], X[:, keep]
+            features, X = features[keep], X[:, keep]
         if X.shape[1] == 0:
             raise ValueError(f"no n-gram of orders {lo}..{hi} is found in at least min_df={self.min_df} training "
                              "documents (are the documents empty or out of vocabulary?)")
         p = self.alpha + np.asarray(X[positive].sum(axis=0)).ravel()
         q = self.alpha + np.asarray(X[~positive].sum(axis=0)).ravel()
-        self.r_ = np.log(p / p.sum()) - np.log(q / q.sum())
-        Xr = X @ sparse.diags(self.r_)
+        r = np.log(p / p.sum()) - np.log(q / q.sum())
+        Xr = X @ sparse.diags(r)
         if self.loss == "log":
             model = LogisticRegression(C=self.C, solver="liblinear", fit_intercept=bool(self.fit_intercept),
                                        max_iter=self.max_iter, tol=self.tol, random_state=self.random_state)
@@ -228,6 +228,9 @@ class NBSVMClassifier(ClassifierMixin, BaseEstimator):
             model = LinearSVC(C=self.C, loss="squared_hinge", dual=True, fit_intercept=bool(self.fit_intercept),
                               max_iter=self.max_iter, tol=self.tol, random_state=self.random_state)
         model.fit(Xr, positive.astype(np.int64))
+        # set only now, so that a refit refused above leaves the fitted model as it was
+        self.classes_, self.vocab_size_, self.ngram_range_ = classes, vocab_size, (lo, hi)
+        self.features_, self.r_ = features, r
         self.linear_coef_ = model.coef_.ravel()
         self.linear_intercept_ = float(np.ravel(model.intercept_)[0]) if self.fit_intercept else 0.0
         self.n_features_ = len(self.features_)
