@@ -259,3 +259,18 @@ def test_sklearn_compatible(estimator, check):
     """SVDEmbeddings accepts sparse input, but its tags said input_tags.sparse=False
     (check_estimator_sparse_tag: 'The tag is inconsistent and must be fixed')."""
     check(estimator)
+
+
+def test_words_given_where_y_goes_are_named_in_a_warning():
+    """fit(X, words) (the order before y came second) would drop the words unseen: a y holding a
+    distinct string per row warns; class labels (repeated strings, numbers) do not."""
+    import warnings
+
+    X = low_rank()
+    words = [f"w{i}" for i in range(X.shape[0])]
+    with pytest.warns(UserWarning, match="pass them as words="):
+        assert SVDEmbeddings(dim=3).fit(X, words).words_ is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SVDEmbeddings(dim=3).fit(X, ["pos", "neg"] * (X.shape[0] // 2) + ["pos"] * (X.shape[0] % 2))
+        SVDEmbeddings(dim=3).fit(X, np.arange(X.shape[0]))

@@ -15,6 +15,7 @@ al. found best for similarity tasks.
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
@@ -245,6 +246,12 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
             raise ValueError(
                 f"wc=True adds word and context vectors, so X must be square; got shape {X.shape}."
             )
+        if words is None and _looks_like_words(y, n_words):
+            # fit(X, words) was the order before y came second: the words would be ignored unseen (a
+            # warning, not an error: a y of distinct string labels is legal, if unlikely)
+            warnings.warn("SVDEmbeddings.fit(X, y, words=None): y is ignored, and it holds a distinct string "
+                          "for every row of X, like row labels; pass them as words=... to label the rows",
+                          UserWarning, stacklevel=2)
         if words is not None:
             _not_a_string(words, "words", "a sequence with one word per row of X")
             words = list(words)
@@ -348,3 +355,14 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
         kv = KeyedVectors(dim, count=0, dtype=dtype)
         kv.add_vectors(keys, self.vectors_[keep].astype(dtype, copy=False))
         return kv
+
+
+def _looks_like_words(y, n_rows: int) -> bool:
+    """Whether ``y`` is a sequence of ``n_rows`` distinct strings (row labels given where y goes)."""
+    if y is None or isinstance(y, (str, bytes)) or not hasattr(y, "__len__"):
+        return False
+    try:
+        return (len(y) == n_rows > 1 and all(isinstance(w, str) for w in y)
+                and len(set(y)) == n_rows)
+    except TypeError:
+        return False
