@@ -115,7 +115,9 @@ OTHER = bytes(reversed(range(256))) * 4096
 
 class RangeHandler(http.server.BaseHTTPRequestHandler):
     """/ranged* honour ``Range: bytes=N-``, /plain ignores it, /badrange answers 206 with a range
-    that starts at 0 whatever was asked. ``cut[path] = K`` cuts the next response after K bytes."""
+    that starts at 0 whatever was asked, /shortlen a 206 whose Content-Length is half its
+    Content-Range, /first100 and /wrong206 answer a request without Range with a 206 of 100 bytes
+    (from byte 0 and from byte 100). ``cut[path] = K`` cuts the next response after K bytes."""
     served = []   # (path, Range header, body bytes the response holds), one per request
     cut = {}
 
@@ -126,6 +128,15 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
         body = OTHER if self.path == "/ranged-other" else PAYLOAD
         rng = self.headers.get("Range")
         start = 0
+        if self.path in ("/first100", "/wrong206") and not rng:   # 206 to a request without Range
+            lo = 0 if self.path == "/first100" else 100
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {lo}-{lo + 99}/{len(body)}")
+            self.send_header("Content-Length", "100")
+            self.served.append((self.path, rng, 100))
+            self.end_headers()
+            self.wfile.write(body[lo:lo + 100])
+            return
         if rng and self.path != "/plain":
             start = 0 if self.path == "/badrange" else int(re.fullmatch(r"bytes=(\d+)-", rng)[1])
             if start >= len(body):
@@ -140,6 +151,8 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
         else:
             self.send_response(200)
         chunk = body[start:]
+        if rng and self.path == "/shortlen":   # Content-Length shorter than its Content-Range says
+            chunk = chunk[: len(chunk) // 2]
         self.send_header("Content-Length", str(len(chunk)))
         k = self.cut.pop(self.path, None)
         sent = chunk[:k] if k is not None else chunk
@@ -240,3 +253,14 @@ def test_empty_file_downloads_to_an_empty_dest(tmp_path):
                     progress=False)
     assert dest.read_bytes() == b""
     assert sorted(p.name for p in dest.parent.iterdir()) == ["empty.bin"]
+
+
+def test_partial_answer_with_a_short_content_length_is_not_taken_for_the_rest(rserver, tmp_path):
+    # a 206 whose Content-Length (the bytes it holds) is less than its Content-Range announces was
+    # appended and, its Content-Length all read, the truncated file was renamed onto dest
+    interrupt(rserver + "/shortlen", tmp_path / "f.bin", 300_000)
+    out = download(rserver + "/shortlen", tmp_path / "f.bin", progress=False)
+    assert out.read_bytes() == PAYLOAD and leftovers(tmp_path) == ["f.bin"]
+    half = (len(PAYLOAD) - 300_000) // 2
+    assert RangeHandler.served == [("/shortlen", "bytes=300000-", half), ("/shortlen", None, len(PAYLOAD))]
+

@@ -173,8 +173,9 @@ def _fetch(url: str, out, meta: Path, name: str, progress: bool, timeout: float)
             if getattr(resp, "status", None) != 206:
                 offset = 0              # 200: the server ignores Range, or the file changed (If-Range)
             elif (m is None or int(m[1]) != offset or (m[3] != "*" and (
-                    int(m[2]) + 1 != int(m[3]) or state.get("length") not in (None, int(m[3]))))):
-                resp.close()            # not the rest of the file we have the start of
+                    int(m[2]) + 1 != int(m[3]) or state.get("length") not in (None, int(m[3]))))
+                    or (length is not None and length != int(m[2]) + 1 - offset)):
+                resp.close()            # not the rest of the file we have the start of (or not all of it)
                 offset = 0
                 continue
             else:
