@@ -264,3 +264,14 @@ def test_partial_answer_with_a_short_content_length_is_not_taken_for_the_rest(rs
     half = (len(PAYLOAD) - 300_000) // 2
     assert RangeHandler.served == [("/shortlen", "bytes=300000-", half), ("/shortlen", None, len(PAYLOAD))]
 
+
+def test_partial_answer_to_a_request_for_the_whole_file_is_not_taken_for_it(rserver, tmp_path):
+    # a 206 (its first 100 bytes) to a request without Range was renamed onto dest as the whole file
+    with pytest.raises(DownloadError, match=f"broke off after 100 of the {len(PAYLOAD)} bytes.*kept in"):
+        download(rserver + "/first100", tmp_path / "f.bin", progress=False)
+    assert leftovers(tmp_path) == PARTIAL and (tmp_path / "f.bin.part").read_bytes() == PAYLOAD[:100]
+    out = download(rserver + "/first100", tmp_path / "f.bin", sha256=SHA, progress=False)   # resumes
+    assert out.read_bytes() == PAYLOAD and leftovers(tmp_path) == ["f.bin"]
+    with pytest.raises(DownloadError, match="206 .*Content-Range 'bytes 100-199/.* nothing was kept"):
+        download(rserver + "/wrong206", tmp_path / "g.bin", progress=False)
+    assert leftovers(tmp_path) == ["f.bin"]

@@ -183,11 +183,19 @@ def _fetch(url: str, out, meta: Path, name: str, progress: bool, timeout: float)
         if not offset:
             out.seek(0)
             out.truncate()
+            whole = length
+            if getattr(resp, "status", None) == 206:    # a part, though no Range was sent: its start is
+                m = _CONTENT_RANGE.match(hdrs.get("Content-Range") or "")      # kept if it is the file's
+                if m is None or int(m[1]) != 0 or (length is not None and length != int(m[2]) + 1):
+                    resp.close()
+                    raise DownloadError(f"could not download {url}: the server answered 206 (partial content) "
+                                        f"with Content-Range {hdrs.get('Content-Range')!r} to a request for the "
+                                        "whole file; nothing was kept")
+                whole = int(m[3]) if m[3] != "*" else None
             etag = hdrs.get("ETag")
             state = {"url": url, "etag": etag if etag and not etag.startswith("W/") else None,
-                     "last_modified": hdrs.get("Last-Modified"), "length": length}
+                     "last_modified": hdrs.get("Last-Modified"), "length": whole}
             write_json(meta, state)
-            whole = length
         break
     h = hashlib.sha256()
     out.seek(0)
@@ -216,7 +224,8 @@ def _fetch(url: str, out, meta: Path, name: str, progress: bool, timeout: float)
             os.fsync(out.fileno())
     # read(amt) does not raise when the server closes before Content-Length bytes: a body
     # cut short was kept when no size or checksum was given
-    expected = got + length if length is not None else whole
+    # a 206 holding the start of the file only (to a request without Range): whole is the file's length
+    expected = whole if whole is not None else got + length if length is not None else None
     if expected is not None and n != expected:
         raise DownloadError(f"download of {url} broke off after {n} of the {expected} bytes the server "
                             f"announced; {_kept(out, n)}")
