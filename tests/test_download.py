@@ -1,4 +1,5 @@
 import hashlib
+import importlib
 import http.server
 import re
 import threading
@@ -120,6 +121,7 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
     (from byte 0 and from byte 100). ``cut[path] = K`` cuts the next response after K bytes."""
     served = []   # (path, Range header, body bytes the response holds), one per request
     cut = {}
+    arrived, gate = threading.Event(), threading.Event()   # /gated: a request came; let its body go
 
     def log_message(self, *a):
         pass
@@ -160,6 +162,9 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
         # refuses (a mismatched Content-Range) breaks the pipe mid-write, and the record must not be lost with it
         self.served.append((self.path, rng, len(sent)))
         self.end_headers()
+        if self.path == "/gated":
+            self.arrived.set()
+            self.gate.wait()
         try:
             self.wfile.write(sent)
             self.wfile.flush()
@@ -176,7 +181,10 @@ def rserver():
     t.start()
     RangeHandler.served.clear()
     RangeHandler.cut.clear()
+    RangeHandler.arrived.clear()
+    RangeHandler.gate.clear()
     yield f"http://127.0.0.1:{srv.server_address[1]}"
+    RangeHandler.gate.set()
     srv.shutdown()
     srv.server_close()
 
@@ -275,3 +283,44 @@ def test_partial_answer_to_a_request_for_the_whole_file_is_not_taken_for_it(rser
     with pytest.raises(DownloadError, match="206 .*Content-Range 'bytes 100-199/.* nothing was kept"):
         download(rserver + "/wrong206", tmp_path / "g.bin", progress=False)
     assert leftovers(tmp_path) == ["f.bin"]
+
+
+@pytest.mark.parametrize("checks", [{"sha256": SHA}, {"size": len(PAYLOAD)}, {}])
+def test_a_download_that_waited_for_another_to_the_same_dest_takes_its_file(rserver, tmp_path, monkeypatch,
+                                                                             checks):
+    # the call that waited on the lock found the partial file renamed away and downloaded the whole
+    # file again; it now takes the other's file if it passes its own checks (without any check,
+    # nothing tells that the other fetched the same URL: it downloads again)
+    dl = importlib.import_module("distattn.corpus.download")   # the package exports the function of that name
+    real, waiting = dl.fcntl, threading.Event()
+
+    class Flock:                                    # tells when the second download asks for the lock
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def flock(self, fd, op):
+            if threading.current_thread().name == "second":
+                waiting.set()
+            return real.flock(fd, op)
+
+    monkeypatch.setattr(dl, "fcntl", Flock())
+    url, dest, results = rserver + "/gated", tmp_path / "f.bin", {}
+
+    def run(name, **kw):
+        try:
+            results[name] = download(url, dest, progress=False, **kw)
+        except BaseException as exc:
+            results[name] = exc
+
+    first = threading.Thread(target=run, args=("first",), kwargs={"sha256": SHA})
+    first.start()
+    assert RangeHandler.arrived.wait(60)            # the first holds the lock
+    second = threading.Thread(target=run, args=("second",), kwargs=checks, name="second")
+    second.start()
+    assert waiting.wait(60)
+    RangeHandler.gate.set()
+    first.join(60)
+    second.join(60)
+    assert results == {"first": dest, "second": dest} and dest.read_bytes() == PAYLOAD
+    assert leftovers(tmp_path) == ["f.bin"]
+    assert len(RangeHandler.served) == (1 if checks else 2)

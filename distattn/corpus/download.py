@@ -45,10 +45,11 @@ _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECA
 
 
 @contextlib.contextmanager
-def _locked(part: Path) -> Iterator:
+def _locked(part: Path, finished: Callable | None = None) -> Iterator:
     """``part`` opened for reading and writing (created if missing), under an exclusive lock: two
     processes downloading to one ``dest`` (e.g. DDP ranks) take turns instead of writing into one
-    partial file together."""
+    partial file together. Where the holder we waited for renamed the partial file away meanwhile,
+    ``finished(fh)`` (``fh``: that file, still open) may accept it; then None is yielded."""
     while True:
         fh = open(part, "a+b")
         try:
@@ -63,6 +64,9 @@ def _locked(part: Path) -> Iterator:
                 except FileNotFoundError:
                     same = False
                 if not same:
+                    if finished is not None and finished(fh):
+                        yield None
+                        return
                     continue
             yield fh
             return
@@ -103,6 +107,12 @@ def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = N
     ``Content-Range`` that does not match, and if the partial file came from another URL.
     A complete file that fails a check (size, sha256, ``verify``), and a request that fails
     before any byte arrived, leave nothing at ``dest`` or beside it.
+
+    A call that waited for another process downloading to the same ``dest`` returns the file that
+    process completed (the partial file it waited on, now renamed onto ``dest``) without
+    downloading it again if it passes this call's checks. A call with no check at all (no
+    ``sha256``, ``size`` or ``verify``) downloads it again: nothing tells that the other process
+    fetched the same URL.
     """
     dest = Path(dest)
     if isinstance(sha256, str):          # one checksum, not 64 one-character ones
@@ -114,7 +124,37 @@ def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = N
     part = dest.with_name(dest.name + ".part")
     meta = dest.with_name(dest.name + ".part.json")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(part) as out:
+
+    def check(path: Path, n: int, digest: str) -> None:
+        if size_ok is not None and n not in size_ok:
+            raise DownloadError(f"download of {url} has {n} bytes; expected one of {sorted(size_ok)} "
+                                "(truncated or wrong file); nothing was kept")
+        if sha_ok is not None and digest not in sha_ok:
+            raise DownloadError(f"download of {url} has sha256 {digest}; expected one of {sorted(sha_ok)}; "
+                                "nothing was kept")
+        if verify is not None:
+            verify(path, digest)
+
+    def finished(fh) -> bool:
+        """Whether the partial file ``fh`` we waited on is now ``dest`` and passes the checks."""
+        if size_ok is None and sha_ok is None and verify is None:
+            return False
+        try:
+            if not os.path.samestat(os.fstat(fh.fileno()), os.stat(dest)):
+                return False            # removed (it failed), or dest was replaced since
+            h, n = hashlib.sha256(), 0
+            fh.seek(0)
+            while block := fh.read(1 << 22):
+                h.update(block)
+                n += len(block)
+            check(dest, n, h.hexdigest())
+        except Exception:               # not the file this call wants: download it
+            return False
+        return True
+
+    with _locked(part, finished) as out:
+        if out is None:                 # completed by the process we waited for
+            return dest
         try:
             h, n = _fetch(url, out, meta, dest.name, progress, timeout)
         except BaseException:
@@ -123,14 +163,7 @@ def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = N
             raise
         digest = h.hexdigest()
         try:
-            if size_ok is not None and n not in size_ok:
-                raise DownloadError(f"download of {url} has {n} bytes; expected one of {sorted(size_ok)} "
-                                    "(truncated or wrong file); nothing was kept")
-            if sha_ok is not None and digest not in sha_ok:
-                raise DownloadError(f"download of {url} has sha256 {digest}; expected one of {sorted(sha_ok)}; "
-                                    "nothing was kept")
-            if verify is not None:
-                verify(part, digest)
+            check(part, n, digest)
         except BaseException:
             _discard(part, meta)      # a complete but wrong file: resuming it would fail forever
             raise
