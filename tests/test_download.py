@@ -324,3 +324,17 @@ def test_a_download_that_waited_for_another_to_the_same_dest_takes_its_file(rser
     assert results == {"first": dest, "second": dest} and dest.read_bytes() == PAYLOAD
     assert leftovers(tmp_path) == ["f.bin"]
     assert len(RangeHandler.served) == (1 if checks else 2)
+
+
+def test_an_unwritable_destination_is_a_download_error_naming_the_path(tmp_path):
+    # a raw OSError escaped, so fetch_imdb (which catches DownloadError) gave none of its advice
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"abc")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(DownloadError, match=r"cannot create the folder .*afile"):
+        download(src.as_uri(), tmp_path / "afile" / "out.bin", progress=False)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "out.bin.part").mkdir()          # in the way of the partial file
+    with pytest.raises(DownloadError, match=r"cannot write the download's partial file .*out\.bin\.part"):
+        download(src.as_uri(), tmp_path / "d" / "out.bin", progress=False)
+    assert not (tmp_path / "d" / "out.bin").exists()

@@ -51,7 +51,10 @@ def _locked(part: Path, finished: Callable | None = None) -> Iterator:
     partial file together. Where the holder we waited for renamed the partial file away meanwhile,
     ``finished(fh)`` (``fh``: that file, still open) may accept it; then None is yielded."""
     while True:
-        fh = open(part, "a+b")
+        try:
+            fh = open(part, "a+b")
+        except OSError as exc:      # a read-only folder, or a directory in the way
+            raise DownloadError(f"cannot write the download's partial file {part}: {exc.strerror or exc}") from exc
         try:
             locked = False
             if fcntl is not None:
@@ -123,7 +126,10 @@ def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = N
     size_ok = set(size) if size is not None else None
     part = dest.with_name(dest.name + ".part")
     meta = dest.with_name(dest.name + ".part.json")
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:          # e.g. a file where a folder of the path should be
+        raise DownloadError(f"cannot create the folder {dest.parent} for {url}: {exc.strerror or exc}") from exc
 
     def check(path: Path, n: int, digest: str) -> None:
         if size_ok is not None and n not in size_ok:
