@@ -121,6 +121,7 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
     (from byte 0 and from byte 100). ``cut[path] = K`` cuts the next response after K bytes."""
     served = []   # (path, Range header, body bytes the response holds), one per request
     cut = {}
+    version = 1
     arrived, gate = threading.Event(), threading.Event()   # /gated: a request came; let its body go
 
     def log_message(self, *a):
@@ -128,6 +129,8 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         body = OTHER if self.path == "/ranged-other" else PAYLOAD
+        if self.path == "/changing":       # ETag "v<version>", If-Range ignored; version 2 serves OTHER
+            body = PAYLOAD if self.version == 1 else OTHER
         rng = self.headers.get("Range")
         start = 0
         if self.path in ("/first100", "/wrong206") and not rng:   # 206 to a request without Range
@@ -152,6 +155,8 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         else:
             self.send_response(200)
+        if self.path == "/changing":
+            self.send_header("ETag", f'"v{self.version}"')
         chunk = body[start:]
         if rng and self.path == "/shortlen":   # Content-Length shorter than its Content-Range says
             chunk = chunk[: len(chunk) // 2]
@@ -181,6 +186,7 @@ def rserver():
     t.start()
     RangeHandler.served.clear()
     RangeHandler.cut.clear()
+    RangeHandler.version = 1
     RangeHandler.arrived.clear()
     RangeHandler.gate.clear()
     yield f"http://127.0.0.1:{srv.server_address[1]}"
@@ -338,3 +344,24 @@ def test_an_unwritable_destination_is_a_download_error_naming_the_path(tmp_path)
     with pytest.raises(DownloadError, match=r"cannot write the download's partial file .*out\.bin\.part"):
         download(src.as_uri(), tmp_path / "d" / "out.bin", progress=False)
     assert not (tmp_path / "d" / "out.bin").exists()
+
+
+def test_a_partial_that_is_already_whole_is_not_downloaded_again(rserver, tmp_path):
+    # a crash between the last byte and the rename: the resume's 416 ("bytes */N", N = what we hold)
+    # restarted the whole download from byte 0
+    interrupt(rserver + "/ranged", tmp_path / "f.bin", 300_000)
+    with open(tmp_path / "f.bin.part", "ab") as fh:
+        fh.write(PAYLOAD[300_000:])
+    out = download(rserver + "/ranged", tmp_path / "f.bin", sha256=SHA, progress=False)
+    assert out.read_bytes() == PAYLOAD and leftovers(tmp_path) == ["f.bin"]
+    assert RangeHandler.served == [("/ranged", f"bytes={len(PAYLOAD)}-", 0)]
+
+
+def test_a_changed_file_is_not_spliced_when_the_server_ignores_if_range(rserver, tmp_path):
+    # the 206's ETag was never compared with the partial's: the start of one file got the rest of another
+    interrupt(rserver + "/changing", tmp_path / "f.bin", 300_000)
+    RangeHandler.version = 2
+    out = download(rserver + "/changing", tmp_path / "f.bin", progress=False)
+    assert out.read_bytes() == OTHER
+    assert [r[:2] for r in RangeHandler.served] == [("/changing", "bytes=300000-"), ("/changing", None)]
+

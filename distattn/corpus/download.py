@@ -42,6 +42,7 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
 
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
+_UNSATISFIED = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)    # a 416's Content-Range
 
 
 @contextlib.contextmanager
@@ -106,8 +107,11 @@ def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = N
     ``.part.json`` (the URL, the server's ``ETag``/``Last-Modified`` and length); the next call
     with the same URL and ``dest`` asks for the rest (``Range: bytes=N-``, with ``If-Range``) and
     appends it if the server answers 206 with a matching ``Content-Range``. It starts again from
-    byte 0 if the server answers 200 (no range support, or the file changed), 416, or a
-    ``Content-Range`` that does not match, and if the partial file came from another URL.
+    byte 0 if the server answers 200 (no range support, or the file changed), a 206 whose
+    ``ETag`` (or ``Last-Modified``) differs from the first response's, 416, or a
+    ``Content-Range`` that does not match, and if the partial file came from another URL; a 416
+    saying the file is exactly as long as the partial file means the partial file is whole (a
+    crash came before the rename) and it goes on to the checks.
     A complete file that fails a check (size, sha256, ``verify``), and a request that fails
     before any byte arrived, leave nothing at ``dest`` or beside it.
 
@@ -196,8 +200,12 @@ def _fetch(url: str, out, meta: Path, name: str, progress: bool, timeout: float)
         try:
             resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
         except urllib.error.HTTPError as exc:
-            if offset and exc.code == 416:  # range not satisfiable: the partial is no prefix of this file
+            if offset and exc.code == 416:  # range not satisfiable: the partial is no prefix of this file...
+                m = _UNSATISFIED.match((exc.headers or {}).get("Content-Range") or "")
                 exc.close()
+                if m is not None and int(m[1]) == offset and state.get("length") in (None, offset):
+                    # ...or it is the whole file already (a crash came between the last byte and the rename)
+                    return _hash_prefix(out, offset), offset
                 offset = 0
                 continue
             raise DownloadError(f"could not download {url}: {getattr(exc, 'reason', exc)}") from exc
@@ -211,6 +219,10 @@ def _fetch(url: str, out, meta: Path, name: str, progress: bool, timeout: float)
             m = _CONTENT_RANGE.match(hdrs.get("Content-Range") or "")
             if getattr(resp, "status", None) != 206:
                 offset = 0              # 200: the server ignores Range, or the file changed (If-Range)
+            elif _changed(state, hdrs):
+                resp.close()            # a server that ignores If-Range sent part of a changed file
+                offset = 0
+                continue
             elif (m is None or int(m[1]) != offset or (m[3] != "*" and (
                     int(m[2]) + 1 != int(m[3]) or state.get("length") not in (None, int(m[3]))))
                     or (length is not None and length != int(m[2]) + 1 - offset)):
@@ -236,11 +248,7 @@ def _fetch(url: str, out, meta: Path, name: str, progress: bool, timeout: float)
                      "last_modified": hdrs.get("Last-Modified"), "length": whole}
             write_json(meta, state)
         break
-    h = hashlib.sha256()
-    out.seek(0)
-    while offset and (block := out.read(min(1 << 20, offset - out.tell()))):
-        h.update(block)
-    out.seek(0, os.SEEK_END)
+    h = _hash_prefix(out, offset)
     n = got = offset
     with resp:
         bar = None
@@ -269,6 +277,26 @@ def _fetch(url: str, out, meta: Path, name: str, progress: bool, timeout: float)
         raise DownloadError(f"download of {url} broke off after {n} of the {expected} bytes the server "
                             f"announced; {_kept(out, n)}")
     return h, n
+
+
+def _hash_prefix(out, n: int):
+    """sha256 object over the first ``n`` bytes of ``out``, left positioned at its end."""
+    h = hashlib.sha256()
+    out.seek(0)
+    while n and (block := out.read(min(1 << 20, n - out.tell()))):
+        h.update(block)
+    out.seek(0, os.SEEK_END)
+    return h
+
+
+def _changed(state: dict, hdrs) -> bool:
+    """Whether a 206's validators say the file is not the one the partial came from (a server that
+    honours If-Range answers 200 instead; one that ignores it is caught here)."""
+    etag = hdrs.get("ETag")
+    if state.get("etag") and etag and not etag.startswith("W/"):
+        return etag != state["etag"]
+    modified = hdrs.get("Last-Modified")
+    return bool(state.get("last_modified") and modified and modified != state["last_modified"])
 
 
 def _kept(out, n: int) -> str:
