@@ -196,3 +196,15 @@ def test_files_count_like_cooccurrence(tmp_path_factory, docs, window, symmetric
     Y = cooccurrence(ours, len(v), window=window, weighting="harmonic" if harmonic else "none",
                      symmetric=symmetric, oov="drop")
     assert_allclose(X.toarray(), Y.toarray(), rtol=1e-12, atol=0)
+
+
+def test_write_refuses_ids_beyond_int32_instead_of_wrapping(tmp_path):
+    n = 2**31 + 4  # GloVe's ranks are C ints: rank 2**31 would be written as -2**31
+    M = sp.coo_array((np.array([1.0, 2.0]), (np.array([2, 2**31 + 2]), np.array([3, 2]))), shape=(n, n))
+    p = tmp_path / "big.bin"
+    with pytest.raises(ValueError, match="int32|2147483647"):
+        write_glove_cooccurrence(M, p, id_offset=2)
+    assert not p.exists()
+    M = sp.coo_array((np.array([1.0]), (np.array([2**31]), np.array([2]))), shape=(n, n))
+    assert write_glove_cooccurrence(M, p, id_offset=2) == 1  # rank 2**31 - 1 is the largest C int
+    assert np.fromfile(p, dtype=GLOVE_RECORD).tolist() == [(2**31 - 1, 1, 1.0)]

@@ -234,6 +234,10 @@ def write_glove_cooccurrence(matrix, path: str | os.PathLike, id_offset: int = 2
     coo.eliminate_zeros()
     if coo.nnz and min(coo.row.min(), coo.col.min()) < id_offset:
         raise ValueError(f"the matrix has entries in rows/columns below id_offset={id_offset} (specials)")
+    int_max = np.iinfo(np.int32).max  # GloVe's ranks are C ints; a larger one would be written wrapped around
+    if coo.nnz and max(coo.row.max(), coo.col.max()) - (id_offset - 1) > int_max:
+        raise ValueError(f"the matrix has entries in rows/columns above {int_max + id_offset - 1}: their GloVe "
+                         f"ranks would not fit the records' int32 (largest {int_max})")
     rec = np.empty(coo.nnz, dtype=GLOVE_RECORD)
     rec["word1"] = coo.row - (id_offset - 1)
     rec["word2"] = coo.col - (id_offset - 1)
