@@ -208,3 +208,25 @@ def test_write_refuses_ids_beyond_int32_instead_of_wrapping(tmp_path):
     M = sp.coo_array((np.array([1.0]), (np.array([2**31]), np.array([2]))), shape=(n, n))
     assert write_glove_cooccurrence(M, p, id_offset=2) == 1  # rank 2**31 - 1 is the largest C int
     assert np.fromfile(p, dtype=GLOVE_RECORD).tolist() == [(2**31 - 1, 1, 1.0)]
+
+
+def test_failed_cooccur_run_leaves_the_output_file_alone(tmp_path):
+    import subprocess
+
+    from distattn.stats.glove import run_glove_cooccur
+    fake = tmp_path / "cooccur"  # writes half a record, then fails (as cooccur does when it aborts)
+    fake.write_text("#!/bin/sh\nprintf 'abcdefgh'\necho boom >&2\nexit 1\n")
+    fake.chmod(0o755)
+    (tmp_path / "corpus.txt").write_text("the cat\n")
+    write_glove_vocab(vocab5(), tmp_path / "vocab.txt")
+    out = tmp_path / "cooccurrence.bin"
+    good = records([(1, 2, 1.0)]).tobytes()
+    out.write_bytes(good)  # an earlier run's result
+    with pytest.raises(subprocess.CalledProcessError):
+        run_glove_cooccur(fake, tmp_path / "corpus.txt", tmp_path / "vocab.txt", out, window=2)
+    assert out.read_bytes() == good
+    out.unlink()
+    with pytest.raises(subprocess.CalledProcessError):
+        run_glove_cooccur(fake, tmp_path / "corpus.txt", tmp_path / "vocab.txt", out, window=2)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cooccur", "corpus.txt", "vocab.txt"]

@@ -67,6 +67,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from distattn.atomic import atomic_path
 from distattn.corpus.tokenized import EncodedCorpus
 from distattn.corpus.vocabulary import Vocabulary
 
@@ -251,7 +252,8 @@ def run_glove_cooccur(cooccur: str | os.PathLike, corpus_path, vocab_path, out_p
                       max_product: int | None = None, overflow_length: int | None = None,
                       overflow_file: str | os.PathLike | None = None) -> float:
     """Run GloVe's ``cooccur`` executable on files; returns its wall time in seconds. Raises
-    ``subprocess.CalledProcessError`` (with its stderr) if it fails."""
+    ``subprocess.CalledProcessError`` (with its stderr) if it fails. Its output goes to a temporary
+    file beside ``out_path``, renamed onto ``out_path`` only when ``cooccur`` succeeds."""
     if weighting not in ("none", "harmonic"):
         raise ValueError(f"weighting={weighting!r} is not one of ('none', 'harmonic')")
     cmd = [str(cooccur), "-verbose", "0", "-symmetric", "1" if symmetric else "0", "-window-size", str(window),
@@ -263,12 +265,13 @@ def run_glove_cooccur(cooccur: str | os.PathLike, corpus_path, vocab_path, out_p
         cmd += ["-overflow-length", str(overflow_length)]
     with tempfile.TemporaryDirectory(prefix="glove-overflow-") as tmp:
         cmd += ["-overflow-file", str(overflow_file or Path(tmp) / "overflow")]
-        with open(corpus_path, "rb") as fin, open(out_path, "wb") as fout:
-            t0 = time.perf_counter()
-            proc = subprocess.run(cmd, stdin=fin, stdout=fout, stderr=subprocess.PIPE)
-            elapsed = time.perf_counter() - t0
-    if proc.returncode:
-        raise subprocess.CalledProcessError(proc.returncode, cmd, stderr=proc.stderr)
+        with atomic_path(out_path) as tmp_out:  # a failed run leaves out_path as it was
+            with open(corpus_path, "rb") as fin, open(tmp_out, "wb") as fout:
+                t0 = time.perf_counter()
+                proc = subprocess.run(cmd, stdin=fin, stdout=fout, stderr=subprocess.PIPE)
+                elapsed = time.perf_counter() - t0
+            if proc.returncode:
+                raise subprocess.CalledProcessError(proc.returncode, cmd, stderr=proc.stderr)
     return elapsed
 
 
