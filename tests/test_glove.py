@@ -230,3 +230,45 @@ def test_failed_cooccur_run_leaves_the_output_file_alone(tmp_path):
         run_glove_cooccur(fake, tmp_path / "corpus.txt", tmp_path / "vocab.txt", out, window=2)
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cooccur", "corpus.txt", "vocab.txt"]
+
+
+_FULL_DISK = r"""
+import json, resource, signal, sys
+import numpy as np, scipy.sparse as sp
+from pathlib import Path
+from distattn.corpus import Vocabulary
+from distattn.stats.glove import write_glove_cooccurrence, write_glove_corpus, write_glove_vocab
+d = Path(sys.argv[1])
+v = Vocabulary([f"word{i:05d}" for i in range(3000)])
+M = sp.coo_array((np.ones(3000), (np.arange(2, 3002), np.arange(2, 3002))), shape=(3002, 3002))
+calls = {"vocab.txt": lambda p: write_glove_vocab(v, p),
+         "corpus.txt": lambda p: write_glove_corpus([np.arange(2, 3002)] * 3, v, p),
+         "cooccurrence.bin": lambda p: write_glove_cooccurrence(M, p)}
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+errors = {}
+for name, call in calls.items():
+    try:
+        call(d / name)
+    except OSError as exc:
+        errors[name] = str(exc)
+print(json.dumps(errors))
+"""
+
+
+def test_writers_leave_no_half_written_file_when_the_disk_fills(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    names = ["vocab.txt", "corpus.txt", "cooccurrence.bin"]
+    for name in names:  # an earlier, complete file of each
+        (tmp_path / name).write_bytes(b"old\n")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", _FULL_DISK, str(tmp_path)], env=env, capture_output=True,
+                          text=True, check=True)
+    assert sorted(json.loads(proc.stdout)) == sorted(names)  # each write hit the limit: OSError
+    for name in names:
+        assert (tmp_path / name).read_bytes() == b"old\n", name
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no temporary file left over

@@ -47,6 +47,10 @@ full, so a small ``-overflow-length`` writes past the buffer (AddressSanitizer: 
 ``double free or corruption`` aborts); the ``-memory``-derived default is large enough not to fill
 on IMDB-sized corpora.
 
+The writers (and :func:`run_glove_cooccur`) write each file atomically: a temporary file beside
+it, renamed onto the final name only when complete, so an interrupted write (a full disk, a
+crash) leaves the earlier file, if any, in place rather than a truncated one.
+
 Example::
 
     write_glove_vocab(enc.vocab, "vocab.txt")
@@ -114,7 +118,8 @@ def write_glove_vocab(vocab: Vocabulary, path: str | os.PathLike) -> int:
     words = glove_words(vocab)
     counts = vocab.counts[vocab.n_specials:]
     text = "".join(f"{w} {int(c)}\n" for w, c in zip(words, counts))
-    Path(path).write_bytes(text.encode("utf-8"))
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(text.encode("utf-8"))
     return len(words)
 
 
@@ -163,7 +168,7 @@ def write_glove_corpus(docs, vocab: Vocabulary | None, path: str | os.PathLike, 
     n_docs = len(ragged)
     n_oov = 0
     n_written = 0
-    with open(path, "wb") as fh:
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         lo = 0
         while lo < n_docs:
             hi = int(np.searchsorted(offsets, offsets[lo] + _WRITE_CHUNK_TOKENS, side="right")) - 1
@@ -243,7 +248,8 @@ def write_glove_cooccurrence(matrix, path: str | os.PathLike, id_offset: int = 2
     rec["word1"] = coo.row - (id_offset - 1)
     rec["word2"] = coo.col - (id_offset - 1)
     rec["val"] = coo.data
-    rec.tofile(path)
+    with atomic_path(path) as tmp:
+        rec.tofile(tmp)
     return coo.nnz
 
 
