@@ -272,3 +272,17 @@ def test_writers_leave_no_half_written_file_when_the_disk_fills(tmp_path):
     for name in names:
         assert (tmp_path / name).read_bytes() == b"old\n", name
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no temporary file left over
+
+
+@pytest.mark.parametrize("window", [0, -3, 2.5, True])
+def test_cooccur_window_must_be_a_positive_integer(tmp_path, window):
+    # cooccur reads -window-size with atoi: 2.5 counted as 2, True as 1; 0 dies of SIGFPE (j % 0)
+    from distattn.stats.glove import run_glove_cooccur
+    fake = tmp_path / "cooccur"
+    fake.write_text(f"#!/bin/sh\ntouch {tmp_path / 'ran'}\n")
+    fake.chmod(0o755)
+    (tmp_path / "corpus.txt").write_text("the cat\n")
+    write_glove_vocab(vocab5(), tmp_path / "vocab.txt")
+    with pytest.raises(ValueError, match="window"):
+        run_glove_cooccur(fake, tmp_path / "corpus.txt", tmp_path / "vocab.txt", tmp_path / "c.bin", window=window)
+    assert not (tmp_path / "ran").exists()

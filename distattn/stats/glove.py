@@ -260,6 +260,9 @@ def run_glove_cooccur(cooccur: str | os.PathLike, corpus_path, vocab_path, out_p
     """Run GloVe's ``cooccur`` executable on files; returns its wall time in seconds. Raises
     ``subprocess.CalledProcessError`` (with its stderr) if it fails. Its output goes to a temporary
     file beside ``out_path``, renamed onto ``out_path`` only when ``cooccur`` succeeds."""
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or not 1 <= window <= 2**31 - 1:
+        # cooccur parses it with atoi (2.5 -> 2) and divides by it (0: SIGFPE)
+        raise ValueError(f"window must be a positive integer (a C int), got {window!r}")
     if weighting not in ("none", "harmonic"):
         raise ValueError(f"weighting={weighting!r} is not one of ('none', 'harmonic')")
     cmd = [str(cooccur), "-verbose", "0", "-symmetric", "1" if symmetric else "0", "-window-size", str(window),
