@@ -598,3 +598,28 @@ def test_learned_kernel_is_exp_qk_over_root_d_for_every_pair_the_causal_mask_hid
     np.testing.assert_allclose(K, expected, rtol=1e-4, atol=1e-7)
     upper = K[np.triu_indices(9, 1)]
     assert np.ptp(upper) > 1e-3 * upper.max()   # not one fill value
+
+
+def test_models_train_on_the_thread_count_the_run_started_with(tmp_path):
+    """numba's OpenMP pool, started by the first stage that runs a parallel kernel, set torch's CPU
+    thread count to NUMBA_NUM_THREADS: the models trained on other threads (other rounding) when a
+    stage before them was computed in the process than when it came from the cache, as in a run
+    interrupted and run again."""
+    script = tmp_path / "threads.py"
+    script.write_text(
+        "import importlib, sys, numba, torch\n"
+        "R = importlib.import_module('distattn.compare.run')\n"
+        "from distattn.compare.config import CompareConfig\n"
+        "def study(*a, **kw):\n"
+        "    numba.get_num_threads()       # what a stage's first parallel kernel does\n"
+        "    print('THREADS', torch.get_num_threads(), flush=True)\n"
+        "    raise SystemExit(0)\n"
+        "R._study = study\n"
+        "R.run(CompareConfig(corpus='text', path=sys.argv[1], out=sys.argv[2], device='cpu'), progress=False)\n")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat on the mat\n" * 30)
+    env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="2", DISTATTN_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, str(script), str(corpus), str(tmp_path / "out")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert "THREADS 1" in res.stdout, res.stdout + res.stderr[-2000:]
