@@ -152,12 +152,8 @@ def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = N
         try:
             if not os.path.samestat(os.fstat(fh.fileno()), os.stat(dest)):
                 return False            # removed (it failed), or dest was replaced since
-            h, n = hashlib.sha256(), 0
-            fh.seek(0)
-            while block := fh.read(1 << 22):
-                h.update(block)
-                n += len(block)
-            check(dest, n, h.hexdigest())
+            n = os.fstat(fh.fileno()).st_size
+            check(dest, n, _hash_prefix(fh, n).hexdigest())
         except Exception:               # not the file this call wants: download it
             return False
         return True

@@ -27,6 +27,7 @@ from torch import nn
 
 from distattn.models.hooks import HookPoint
 from distattn.models.positional import POSITIONAL, RelativePositions, Rotary
+from distattn.models.precision import at_least_float32
 
 __all__ = ["MultiHeadSelfAttention"]
 
@@ -110,11 +111,10 @@ class MultiHeadSelfAttention(nn.Module):
         bf16/fp16 autocast."""
         scale = 1.0 / math.sqrt(self.head_dim)
         bias = None if self.relative is None else self.relative(q) * scale
-        acc = torch.promote_types(q.dtype, torch.float32)
         with _autocast_off(q.device.type):
-            scores = torch.matmul(q.to(acc), k.to(acc).transpose(-2, -1)) * scale
+            scores = torch.matmul(at_least_float32(q), at_least_float32(k).transpose(-2, -1)) * scale
             if bias is not None:
-                scores = scores + bias.to(acc)
+                scores = scores + bias.to(scores.dtype)
         return scores
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -158,13 +158,12 @@ class MultiHeadSelfAttention(nn.Module):
                 # scores and pattern in float32 even under bf16/fp16 autocast, so that what the hooks
                 # capture is not rounded to 8 bits of mantissa (a bf16 pattern's rows sum to 1 ± 1e-2);
                 # a float64 model keeps float64 (float32 put its pattern about 5e-10 off)
-                acc = torch.promote_types(q.dtype, torch.float32)
                 scores = self.pair_scores(q, k)
                 with _autocast_off(x.device.type):
                     if allowed is not None:
                         scores = scores.masked_fill(~allowed, float("-inf"))
                     scores = self.hook_scores(scores)
-                    pattern = torch.softmax(scores.to(acc), dim=-1)
+                    pattern = torch.softmax(at_least_float32(scores), dim=-1)
                     if key_mask is not None:  # a query with no key to attend: zeros, as the fused kernel gives (not NaN)
                         pattern = pattern.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
                     pattern = self.hook_pattern(pattern)

@@ -24,6 +24,7 @@ from torch import nn
 
 from distattn.memory import check_memory
 from distattn.models.attention import MultiHeadSelfAttention
+from distattn.models.precision import at_least_float32
 
 __all__ = ["FactoredMatrix", "attention_layers", "qk_circuit", "ov_circuit", "embedding_weight",
            "unembedding_weight"]
@@ -137,28 +138,19 @@ def _layer(model, layer):
     return layers[int(layer)]
 
 
-def _acc(weight: torch.Tensor) -> torch.dtype:
-    """The circuits' dtype: float32 (also for bf16/fp16 weights), float64 for a float64 model."""
-    return torch.promote_types(weight.dtype, torch.float32)
-
-
 @torch.no_grad()
 def qk_circuit(model: nn.Module, layer: int = 0) -> FactoredMatrix:
     """(n_heads, vocab, vocab): ``(W_E W_Q^h) @ (W_E W_K^h)ᵀ``."""
     w = _layer(model, layer).head_weights()
-    E = embedding_weight(model)
-    acc = _acc(E)
-    E = E.to(acc)
-    return FactoredMatrix(E @ w["W_Q"].to(acc), (E @ w["W_K"].to(acc)).transpose(-2, -1))
+    E = at_least_float32(embedding_weight(model))
+    return FactoredMatrix(E @ w["W_Q"].to(E.dtype), (E @ w["W_K"].to(E.dtype)).transpose(-2, -1))
 
 
 @torch.no_grad()
 def ov_circuit(model: nn.Module, layer: int = 0) -> FactoredMatrix:
     """(n_heads, vocab, vocab): ``(W_E W_V^h) @ (W_O^h W_U)``; (n_heads, vocab, d_model) without W_U."""
     w = _layer(model, layer).head_weights()
-    E = embedding_weight(model)
-    acc = _acc(E)
-    E = E.to(acc)
+    E = at_least_float32(embedding_weight(model))
     U = unembedding_weight(model)
-    right = w["W_O"].to(acc) if U is None else w["W_O"].to(acc) @ U.to(acc)
-    return FactoredMatrix(E @ w["W_V"].to(acc), right)
+    right = w["W_O"].to(E.dtype) if U is None else w["W_O"].to(E.dtype) @ U.to(E.dtype)
+    return FactoredMatrix(E @ w["W_V"].to(E.dtype), right)

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from distattn.models.hooks import run_with_cache
+from distattn.models.precision import at_least_float32
 from distattn.models.transformer import Transformer, TransformerConfig, _positive_int, _probability
 
 POOLINGS = ("mean",)
@@ -109,8 +110,7 @@ class TransformerClassifier(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            logit = self(ids, attention_mask)
-            return torch.sigmoid(logit.to(torch.promote_types(logit.dtype, torch.float32)))
+            return torch.sigmoid(at_least_float32(self(ids, attention_mask)))
         finally:
             self.train(was_training)
 

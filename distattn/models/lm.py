@@ -23,6 +23,7 @@ from torch import nn
 from distattn.models.attention import MultiHeadSelfAttention
 from distattn.models.hooks import HookPoint, run_with_cache
 from distattn.models.positional import ADDITIVE, POSITIONAL, AbsolutePositions
+from distattn.models.precision import at_least_float32
 from distattn.models.transformer import (Transformer, TransformerConfig, _choice, _flag, _positive_int, check_ids,
                                          check_range)
 
@@ -47,8 +48,7 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
                 "(not -100: that is another library's)")
     targets = targets.long()
     flat = targets.reshape(-1)
-    acc = torch.promote_types(logits.dtype, torch.float32)
-    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).to(acc), flat, ignore_index=IGNORE_INDEX,
+    total = F.cross_entropy(at_least_float32(logits.reshape(-1, logits.shape[-1])), flat, ignore_index=IGNORE_INDEX,
                             reduction="sum")
     return total / (flat != IGNORE_INDEX).sum().clamp(min=1)      # the mean, without 0/0 on all-ignored targets
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from distattn.models.precision import at_least_float32
 from distattn.train.data import _check_count, _check_special
 from distattn.train.tasks import tf32_matmuls
 
@@ -95,8 +96,7 @@ class NextTokenScorer:
                     out = self.model(ids)
             else:
                 out = self.model(ids)
-        # float32 (also for bf16 logits); a float64 model's logits stay float64
-        return out.to(torch.promote_types(out.dtype, torch.float32))
+        return at_least_float32(out)          # float32 (also for bf16 logits); float64 for a float64 model
 
     @torch.no_grad()
     def score_next_tokens(self, documents, *, temperature: float = 1.0, prior=None, prior_weight: float = 0.0):
@@ -138,16 +138,16 @@ class NextTokenScorer:
         """Rows ``t`` = scores of token ``t + 1`` given ``token_ids[:t + 1]`` for one document."""
         doc = np.asarray(token_ids, dtype=np.int64)
         L = len(doc)
-        rows = None
+        # _logits' dtype: float32, float64 for a float64 model
+        dtype = torch.promote_types(next((p.dtype for p in self.model.parameters()), torch.float32), torch.float32)
+        rows = torch.empty(max(L - 1, 0), self.vocab_size, device=self.device, dtype=dtype)
         from distattn.corpus.ragged import RaggedIds
         for d, a, first, stop in self._windows(RaggedIds(doc.astype(np.int32), np.array([0, L]))):
             x = np.concatenate([[self.bos_id], doc])[a:stop]
             x[x < 0] = self.oov_id
             logits = self._logits(torch.from_numpy(x)[None].to(self.device))[0]
-            if rows is None:         # the logits' dtype (float64 for a float64 model)
-                rows = torch.empty(max(L - 1, 0), self.vocab_size, device=self.device, dtype=logits.dtype)
             rows[first - 1:stop - 1] = logits[first - a:stop - a]
-        return rows if rows is not None else torch.empty(max(L - 1, 0), self.vocab_size, device=self.device)
+        return rows
 
 
 def evaluate_lm(model, documents, *, unk_id: int | None = 1, bos_id: int = 0, stride: int | None = None,

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from distattn.models.precision import at_least_float32
 from distattn.train.data import ClassificationData, LMData, _check_count, epoch_plan
 
 __all__ = ["ClassificationTask", "LMTask", "eval_mode", "to_device"]
@@ -119,8 +120,8 @@ class ClassificationTask:
 
     def loss(self, model, batch):
         logits = model(batch["ids"], batch["attention_mask"])
-        acc = torch.promote_types(logits.dtype, torch.float32)     # float32, float64 for a float64 model
-        return F.binary_cross_entropy_with_logits(logits.to(acc), batch["labels"].to(acc))
+        logits = at_least_float32(logits)                  # float32, float64 for a float64 model
+        return F.binary_cross_entropy_with_logits(logits, batch["labels"].to(logits.dtype))
 
     @in_eval_mode
     def predict(self, model, data: ClassificationData, device, autocast=contextlib.nullcontext) -> np.ndarray:
@@ -133,7 +134,7 @@ class ClassificationTask:
             b = to_device(data.batch(idx), device)
             with autocast():
                 logits = model(b["ids"], b["attention_mask"])
-            probs[idx] = torch.sigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32))).cpu().numpy()
+            probs[idx] = torch.sigmoid(at_least_float32(logits)).cpu().numpy()
         return probs
 
     @in_eval_mode
