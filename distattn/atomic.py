@@ -1,7 +1,15 @@
 """Atomic writes: a temporary file (or directory) beside the target, then a rename.
 
-A reader never sees a half-written cache entry, and an interrupted write leaves only a
-temporary name that the next writer ignores and overwrites.
+A reader never sees a half-written cache entry. A write that fails removes its temporary; one
+whose process is killed (SIGKILL, OOM, power loss) leaves it, under a name that records its owner:
+``.NAME.HOST-PID.RANDOM.part`` (plus the caller's suffix; HOST is the host name, where it has other
+characters than letters, digits and ``_`` or more than 32, shortened, those made ``_``, and a hash of
+it added). Each later write of the same target (same suffix) removes
+such temporaries of that target when they are provably abandoned: written on this host by a process
+that no longer exists (not this one), and last modified more than ``STALE_TEMP_AGE`` seconds ago
+(a guard against another PID namespace under the same host name). Anything else beside the target
+stays: other targets' temporaries, other hosts', older names without an owner, a download's
+``NAME.part``. A failure while sweeping never fails the write.
 """
 
 from __future__ import annotations
@@ -10,13 +18,70 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
 _UMASK_LOCK = threading.Lock()
+
+STALE_TEMP_AGE = 3600.0     # seconds: a dead writer's temporary younger than this is left alone
+
+
+def _host() -> str:
+    """The host name as a file-name part: letters, digits and ``_``, at most 32 characters. A name
+    that had to change (``node.1``, a long pod name) gets a hash of the real one, so two hosts do
+    not share a tag."""
+    host = socket.gethostname()
+    tag = re.sub(r"[^A-Za-z0-9_]", "_", host)[:32]
+    if tag != host or not tag:
+        tag = tag[:23] + "_" + hashlib.sha256(host.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return tag
+
+
+def _temp_prefix(target: Path) -> str:
+    """``.NAME.HOST-PID.``: the start of this process's temporaries for ``target``."""
+    return f".{target.name}.{_host()}-{os.getpid()}."
+
+
+def _dead(pid: int) -> bool:
+    if pid <= 0 or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError, ValueError):    # PermissionError: alive, someone else's
+        return False
+    return False
+
+
+def _sweep(target: Path, suffix: str) -> None:
+    """Remove the temporaries of ``target`` (and ``suffix``) left by dead writers on this host.
+
+    The pattern is anchored at both ends and HOST-PID and RANDOM hold no ``.``, so a name matches
+    only for this exact target: ``.a.b.HOST-PID.RANDOM.part`` of target ``a.b`` is no temporary of ``a``."""
+    if os.name != "posix":                          # os.kill(pid, 0) would end the process elsewhere
+        return
+    pattern = re.compile(re.escape(f".{target.name}.{_host()}-") + r"([0-9]+)\.[A-Za-z0-9_]+"
+                         + re.escape(".part" + suffix))
+    with contextlib.suppress(OSError):
+        with os.scandir(target.parent) as entries:
+            for entry in entries:
+                m = pattern.fullmatch(entry.name)
+                if not m or not _dead(int(m.group(1))):
+                    continue
+                with contextlib.suppress(OSError):
+                    if time.time() - entry.stat(follow_symlinks=False).st_mtime <= STALE_TEMP_AGE:
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path)
+                    else:
+                        os.unlink(entry.path)
 
 
 def _umask() -> int:
@@ -37,11 +102,13 @@ def _default_mode(path: Path, is_dir: bool) -> None:
 def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path in the target's directory; rename it onto ``target`` on success.
 
-    On an exception the temporary file is removed and ``target`` is left untouched.
+    On an exception the temporary file is removed and ``target`` is left untouched. Abandoned
+    temporaries of ``target`` are removed first (module docstring).
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part" + suffix, dir=target.parent)
+    _sweep(target, suffix)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".part" + suffix, dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -59,10 +126,12 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary directory; rename it onto ``target`` when the block succeeds.
 
     If ``target`` already exists (another process won the race) the new copy is discarded.
+    Abandoned temporaries of ``target`` are removed first (module docstring).
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent))
+    _sweep(target, "")
+    tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".part", dir=target.parent))
     try:
         yield tmp
         _default_mode(tmp, True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 
 import pytest
 
@@ -74,3 +75,113 @@ def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
     assert cache_dir(create=False) == tmp_path / "home" / ".cache" / "distattn"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_dir(create=False) == tmp_path / "xdg" / "distattn"
+
+
+# A child that starts an atomic write of TARGET and is killed (SIGKILL) inside it, leaving the
+# temporary behind; with WAIT set it blocks on stdin instead, a live writer. A third argument
+# is the host name it reports.
+_KILLED_WRITER = r"""
+import os, signal, socket, sys
+if len(sys.argv) > 3:
+    socket.gethostname = lambda: sys.argv[3]
+from distattn.atomic import atomic_dir, atomic_path
+kind, target = sys.argv[1], sys.argv[2]
+with (atomic_dir if kind == "dir" else atomic_path)(target) as tmp:
+    (tmp / "x" if kind == "dir" else tmp).write_text("half")
+    print(tmp.name, flush=True)
+    if os.environ.get("WAIT"):
+        sys.stdin.read()
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _env(**extra):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra}
+
+
+def _killed_write(kind, target, *host):
+    """The name of the temporary a writer of ``target`` left when it was killed."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", _KILLED_WRITER, kind, str(target), *host],
+                       capture_output=True, text=True, env=_env())
+    assert r.returncode == -9, r.stderr
+    return r.stdout.strip()
+
+
+def _age(path):
+    from distattn import atomic
+    old = time.time() - 2 * getattr(atomic, "STALE_TEMP_AGE", 3600)
+    os.utime(path, (old, old))
+
+
+def _write(kind, target):
+    if kind == "dir":
+        with atomic_dir(target) as tmp:
+            (tmp / "x").write_text("new")
+    else:
+        with atomic_path(target) as tmp:
+            tmp.write_text("new")
+
+
+@pytest.mark.parametrize("kind", ["file", "dir"])
+def test_a_killed_writers_old_temporary_is_removed_by_the_next_write_of_that_target(tmp_path, kind):
+    """A temporary left by a writer killed with SIGKILL (or OOM, power loss) has a random name, so
+    nothing removed it: each kill/resume cycle left another checkpoint-sized file beside the target.
+    The next write of the same target removes it once its writer is dead and it is old."""
+    target = tmp_path / "ckpt"
+    name = _killed_write(kind, target)
+    assert (tmp_path / name).exists()
+    _age(tmp_path / name)
+    _write(kind, target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    assert (target / "x" if kind == "dir" else target).read_text() == "new"
+
+
+@pytest.mark.parametrize("kind", ["file", "dir"])
+def test_the_sweep_keeps_every_temporary_it_cannot_prove_abandoned(tmp_path, kind):
+    import subprocess
+    import sys
+    target = tmp_path / "a"
+    recent = _killed_write(kind, target)                                   # dead, but recent
+    other_host = _killed_write(kind, target, "elsewhere.example")          # dead and old, other host
+    longer = _killed_write(kind, tmp_path / "a.b")                         # another target: "a" + ".b"
+    longer2 = _killed_write(kind, tmp_path / "a.b.c")
+    download = ["a.part", "a.part.json", ".a.part", ".a.part.json", "a.b.part"]   # resumable downloads
+    for n in download:
+        (tmp_path / n).write_text("partial")
+    live = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, kind, str(target)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=_env(WAIT="1"))
+    try:
+        alive = live.stdout.readline().strip()                             # a writer still at work
+        assert alive
+        for n in [other_host, longer, longer2, alive, *download]:
+            _age(tmp_path / n)
+        _write(kind, target)
+        kept = {recent, other_host, longer, longer2, alive, *download}
+        assert {p.name for p in tmp_path.iterdir()} == kept | {"a"}
+    finally:
+        live.kill()
+        live.wait()
+    # once old, the dead writer's temporary goes too, and the live one's now that it is killed
+    _age(tmp_path / recent)
+    _write(kind, target)
+    assert {p.name for p in tmp_path.iterdir()} == (kept - {recent, alive}) | {"a"}
+
+
+def test_an_error_while_sweeping_does_not_fail_the_write(tmp_path, monkeypatch):
+    import shutil
+    name = _killed_write("file", tmp_path / "a")
+    dname = _killed_write("dir", tmp_path / "d")
+    _age(tmp_path / name)
+    _age(tmp_path / dname)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("read-only")
+    monkeypatch.setattr(os, "unlink", refuse)
+    monkeypatch.setattr(shutil, "rmtree", refuse)
+    _write("file", tmp_path / "a")
+    _write("dir", tmp_path / "d")
+    assert (tmp_path / "a").read_text() == "new" and (tmp_path / "d" / "x").read_text() == "new"
+    assert (tmp_path / name).exists() and (tmp_path / dname).exists()
