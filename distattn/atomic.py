@@ -4,12 +4,11 @@ A reader never sees a half-written cache entry. A write that fails removes its t
 whose process is killed (SIGKILL, OOM, power loss) leaves it, under a name that records its owner:
 ``.NAME.HOST-PID.RANDOM.part`` (plus the caller's suffix; HOST is the host name, where it has other
 characters than letters, digits and ``_`` or more than 32, shortened, those made ``_``, and a hash of
-it added). Each later write of the same target (same suffix) removes
-such temporaries of that target when they are provably abandoned: written on this host by a process
-that no longer exists (not this one), and last modified more than ``STALE_TEMP_AGE`` seconds ago
-(a guard against another PID namespace under the same host name). Anything else beside the target
-stays: other targets' temporaries, other hosts', older names without an owner, a download's
-``NAME.part``. A failure while sweeping never fails the write.
+it added). Each later atomic write into the same directory removes such temporaries (of any target
+there) when they are provably abandoned: written on this host by a process that no longer exists
+(not this one), and last modified more than ``STALE_TEMP_AGE`` seconds ago (a guard against another
+PID namespace under the same host name). Anything else there stays: other hosts' temporaries, older
+names without an owner, a download's ``NAME.part``. A failure while sweeping never fails the write.
 """
 
 from __future__ import annotations
@@ -60,17 +59,17 @@ def _dead(pid: int) -> bool:
     return False
 
 
-def _sweep(target: Path, suffix: str) -> None:
-    """Remove the temporaries of ``target`` (and ``suffix``) left by dead writers on this host.
+def _sweep(directory: Path) -> None:
+    """Remove the temporaries in ``directory`` left by dead writers on this host (module docstring).
 
-    The pattern is anchored at both ends and HOST-PID and RANDOM hold no ``.``, so a name matches
-    only for this exact target: ``.a.b.HOST-PID.RANDOM.part`` of target ``a.b`` is no temporary of ``a``."""
+    A name matches only in full: ``.NAME.HOST-PID.RANDOM.part`` and the caller's suffix, with this
+    host's tag and dot-free PID and RANDOM parts, so a download's ``NAME.part``, another host's
+    temporary or a user's file is never taken for one."""
     if os.name != "posix":                          # os.kill(pid, 0) would end the process elsewhere
         return
-    pattern = re.compile(re.escape(f".{target.name}.{_host()}-") + r"([0-9]+)\.[A-Za-z0-9_]+"
-                         + re.escape(".part" + suffix))
+    pattern = re.compile(r"\..+" + re.escape(f".{_host()}-") + r"([0-9]+)\.[A-Za-z0-9_]+\.part.*", re.DOTALL)
     with contextlib.suppress(OSError):
-        with os.scandir(target.parent) as entries:
+        with os.scandir(directory) as entries:
             for entry in entries:
                 m = pattern.fullmatch(entry.name)
                 if not m or not _dead(int(m.group(1))):
@@ -103,11 +102,11 @@ def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path in the target's directory; rename it onto ``target`` on success.
 
     On an exception the temporary file is removed and ``target`` is left untouched. Abandoned
-    temporaries of ``target`` are removed first (module docstring).
+    temporaries in its directory are removed first (module docstring).
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    _sweep(target, suffix)
+    _sweep(target.parent)
     fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".part" + suffix, dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
@@ -126,11 +125,11 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary directory; rename it onto ``target`` when the block succeeds.
 
     If ``target`` already exists (another process won the race) the new copy is discarded.
-    Abandoned temporaries of ``target`` are removed first (module docstring).
+    Abandoned temporaries in its directory are removed first (module docstring).
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    _sweep(target, "")
+    _sweep(target.parent)
     tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".part", dir=target.parent))
     try:
         yield tmp

@@ -146,9 +146,8 @@ def test_the_sweep_keeps_every_temporary_it_cannot_prove_abandoned(tmp_path, kin
     target = tmp_path / "a"
     recent = _killed_write(kind, target)                                   # dead, but recent
     other_host = _killed_write(kind, target, "elsewhere.example")          # dead and old, other host
-    longer = _killed_write(kind, tmp_path / "a.b")                         # another target: "a" + ".b"
-    longer2 = _killed_write(kind, tmp_path / "a.b.c")
-    download = ["a.part", "a.part.json", ".a.part", ".a.part.json", "a.b.part"]   # resumable downloads
+    download = ["a.part", "a.part.json", ".a.part", ".a.part.json", "a.b.part",  # resumable downloads
+                ".a.b.part", ".a.notes-1.part"]                            # and names without a host tag
     for n in download:
         (tmp_path / n).write_text("partial")
     live = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, kind, str(target)], stdin=subprocess.PIPE,
@@ -156,10 +155,10 @@ def test_the_sweep_keeps_every_temporary_it_cannot_prove_abandoned(tmp_path, kin
     try:
         alive = live.stdout.readline().strip()                             # a writer still at work
         assert alive
-        for n in [other_host, longer, longer2, alive, *download]:
+        for n in [other_host, alive, *download]:
             _age(tmp_path / n)
         _write(kind, target)
-        kept = {recent, other_host, longer, longer2, alive, *download}
+        kept = {recent, other_host, alive, *download}
         assert {p.name for p in tmp_path.iterdir()} == kept | {"a"}
     finally:
         live.kill()
@@ -168,6 +167,21 @@ def test_the_sweep_keeps_every_temporary_it_cannot_prove_abandoned(tmp_path, kin
     _age(tmp_path / recent)
     _write(kind, target)
     assert {p.name for p in tmp_path.iterdir()} == (kept - {recent, alive}) | {"a"}
+
+
+@pytest.mark.parametrize("kind", ["file", "dir"])
+def test_a_write_sweeps_abandoned_temporaries_of_other_targets_in_its_directory(tmp_path, kind):
+    """A cache entry is written once: a temporary its killed writer left would never be swept by a
+    write of that same entry, which, when it ran within the hour, was already done. Any later atomic
+    write into the directory takes it, whatever its target ("a.b" and "a.b.c" beside "a": names
+    that extend another target's are parsed whole)."""
+    longer = _killed_write(kind, tmp_path / "a.b")
+    longer2 = _killed_write(kind, tmp_path / "a.b.c")
+    fresh = _killed_write(kind, tmp_path / "entry-123")
+    for n in (longer, longer2):
+        _age(tmp_path / n)
+    _write(kind, tmp_path / "a")
+    assert {p.name for p in tmp_path.iterdir()} == {"a", fresh}
 
 
 def test_an_error_while_sweeping_does_not_fail_the_write(tmp_path, monkeypatch):
