@@ -40,6 +40,7 @@ import numpy as np
 
 from distattn.analysis.factored import to_numpy
 from distattn.memory import check_memory
+from distattn.threads import start_numba_threads
 
 __all__ = ["HEAD_REDUCTIONS", "FLOW_METHODS", "residual_attention", "layer_attentions", "attention_rollout",
            "attention_flow", "flow_network", "attention_flow_reference"]
@@ -194,6 +195,7 @@ def _compact_network(A: np.ndarray) -> np.ndarray:
 def _dinic_all_pairs(A: np.ndarray, outs: np.ndarray, eps: float) -> np.ndarray:
     from distattn.analysis._maxflow import layered_flows
     L, R, _ = A.shape
+    start_numba_threads()
     base = _compact_network(A)
     return layered_flows(base, np.ascontiguousarray(A[0]), np.ascontiguousarray(A[-1][outs]), R, eps)
 

@@ -19,6 +19,7 @@ import numpy as np
 from distattn.atomic import ensure_writable_dir, jsonable, missing_dirs, remove_empty_dirs, write_json
 from distattn.compare.config import CompareConfig
 from distattn.compare.stages import Data, clamp_rank, load_data, stage_models, stage_projection, stage_statistics
+from distattn.threads import start_numba_threads
 
 log = logging.getLogger("distattn.compare")
 
@@ -103,7 +104,7 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
     profile = cfg.resolved_profile()
     sizes = cfg.sizes()
     device = pick_device(cfg.device)                 # an unavailable device is refused before anything is written
-    _start_numba_threads()
+    start_numba_threads()                            # keeping torch's CPU thread count: distattn.threads
     if profile == "full" and device.type == "cpu" and cfg.train_models and cfg.corpus != "paper":   # --device auto, no GPU
         raise ValueError("--profile full trains seed-size models and needs a GPU, and none was found (device "
                          f"{cfg.device!r} resolved to cpu); use --profile quick, or add --no-models")
@@ -131,21 +132,6 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
             shutil.rmtree(run_dir, ignore_errors=True)
             remove_empty_dirs(fresh)
         raise
-
-
-def _start_numba_threads() -> None:
-    """Start numba's thread pool now, keeping torch's CPU thread count. numba's OpenMP layer sets the
-    process's OpenMP thread count to NUMBA_NUM_THREADS (every CPU) when its pool starts, the first time
-    a stage runs a parallel kernel, and torch's CPU ops use that count: the models trained on more
-    threads, and rounded otherwise, when the statistics or projection stage had been computed in the
-    process than when it came from the cache, so a run interrupted and run again ended with other
-    weights and figures than one that never stopped (under OMP_NUM_THREADS, or where torch's default,
-    the physical cores, is not numba's)."""
-    import numba
-    import torch
-    threads = torch.get_num_threads()
-    numba.get_num_threads()                 # starts the pool
-    torch.set_num_threads(threads)
 
 
 def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache: bool, progress: bool) -> Path:

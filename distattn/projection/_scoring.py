@@ -18,6 +18,8 @@ import math
 import numba as nb
 import numpy as np
 
+from distattn.threads import start_numba_threads
+
 FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}  # no nnan/ninf: -inf logits are legal
 
 _LOG2E = np.float32(1.4426950408889634)
@@ -99,6 +101,7 @@ def score_rows(block, targets, scale, prior, prior_weight, out_logp, out_rank):
 
     Large blocks are shared among numba's threads; small ones run serially, since waking the
     thread pool costs milliseconds on a busy machine."""
+    start_numba_threads()
     n_chunks = max(1, min(block.shape[0], nb.get_num_threads()))
     if n_chunks == 1 or block.size < 1 << 20:
         _score_rows_serial(block, targets, scale, prior, prior_weight, out_logp, out_rank)

@@ -38,6 +38,7 @@ from distattn.corpus.ragged import RaggedIds
 from distattn.projection import _checks
 from distattn.projection._scoring import FASTMATH, score_row
 from distattn.projection.core import NORMALIZATIONS, ZERO_ROW_POLICIES
+from distattn.threads import start_numba_threads
 
 __all__ = ["causal_weights", "causal_logits", "causal_scores", "causal_plan"]
 
@@ -528,6 +529,7 @@ def _causal_scores(docs: RaggedIds, S: sp.csr_array, temperature: float, prior: 
     prior_arr = np.zeros(0, np.float32) if prior is None else np.ascontiguousarray(prior, dtype=np.float32)
     indices, data32, col_starts = plan
     offsets = np.ascontiguousarray(docs.offsets)
+    start_numba_threads()
     # longest documents first, handed out one at a time: no core idles on a long last one
     queue_ptr, queue = _balanced_queues(np.diff(offsets), nb.get_num_threads())
     _causal_kernel(np.ascontiguousarray(docs.ids, dtype=np.int32), offsets, queue_ptr, queue, S.indptr, indices,

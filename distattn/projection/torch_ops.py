@@ -22,6 +22,7 @@ import torch
 from distattn.memory import check_memory
 from distattn.projection import _checks
 from distattn.projection.core import NORMALIZATIONS, ZERO_ROW_POLICIES
+from distattn.threads import start_numba_threads
 
 __all__ = ["Workspace", "resolve_device", "torch_context_matrices", "torch_attention", "torch_vocabulary_evidence",
            "torch_global_evidence", "torch_causal_weights", "torch_causal_scores"]
@@ -109,6 +110,7 @@ class _DeviceCSR:
         flat = ids.reshape(-1)
         block = out.view(flat.numel(), self.vocab_size)
         if flat.device.type == "cpu":
+            start_numba_threads()
             _fill_dense_rows(flat.contiguous().numpy(), self.indptr.numpy(), self.indices.numpy(),
                              self.data.numpy(), block.numpy())
         else:

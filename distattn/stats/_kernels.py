@@ -18,6 +18,8 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from distattn.threads import start_numba_threads
+
 # llvm.prefetch's name mangles the pointer type: "p0" with opaque pointers (LLVM >= 15).
 _PREFETCH = "llvm.prefetch.p0" if _llvm.llvm_version_info >= (15,) else "llvm.prefetch.p0i8"
 
@@ -212,9 +214,15 @@ def pad_documents(ids, offsets, window, oov_id, drop_oov):
     return out
 
 
-@njit(parallel=True, fastmath=True, cache=True)
 def csr_dense_matmul(indptr, indices, data, dense):
-    """``A @ dense`` for CSR ``A`` (rows in parallel threads), in ``dense``'s dtype.
+    """``A @ dense`` for CSR ``A`` (rows in parallel threads), in ``dense``'s dtype."""
+    start_numba_threads()
+    return _csr_dense_matmul(indptr, indices, data, dense)
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def _csr_dense_matmul(indptr, indices, data, dense):
+    """:func:`csr_dense_matmul`'s kernel.
 
     Rows are dealt round-robin to 64 interleaved chunks: numba's OpenMP layer gives each
     thread a contiguous range of the ``prange``, and the rows of a frequency-sorted
