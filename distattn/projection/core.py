@@ -215,6 +215,8 @@ def attention_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: 
         raise ValueError(f"M must be square (length, length); got shape {M.shape}")
     _checks.finite(M, "M")
     known = _checks.known_mask(known, M.shape[0])
+    if normalization == "softmax":      # named here: softmax_rows would call it "temperature"
+        attention_temperature = _checks.positive_float(attention_temperature, "attention_temperature")
     if normalization == "none":
         return M if known is None else M * (known[:, None] & known[None, :])
     if known is None:

@@ -63,5 +63,6 @@ def cross_vocabulary_evidence(target_ids, source_ids, cooc, *, normalization: st
     elif normalization == "row":
         A[np.ix_(rows, cols)] = row_normalize(sub, zero_rows=zero_rows)
     else:
-        A[np.ix_(rows, cols)] = softmax_rows(sub, temperature=attention_temperature)
+        tau = _checks.positive_float(attention_temperature, "attention_temperature")
+        A[np.ix_(rows, cols)] = softmax_rows(sub, temperature=tau)
     return np.asarray(A @ _profiles(S, src))

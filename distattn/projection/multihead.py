@@ -179,6 +179,7 @@ def combine_heads(head_matrices, method: str = "sum", *, zero_rows: str = "unifo
             return row_normalize(np.maximum(Ms, 0.0), zero_rows=zero_rows).mean(axis=0)
         return np.mean([attention_weights(np.maximum(M, 0.0), "row", zero_rows=zero_rows, known=known)
                         for M in Ms], axis=0)
+    attention_temperature = _checks.positive_float(attention_temperature, "attention_temperature")
     if known is None:
         return softmax_rows(Ms, temperature=attention_temperature).mean(axis=0)
     return np.mean([attention_weights(M, "softmax", attention_temperature=attention_temperature, known=known)
