@@ -2,10 +2,12 @@
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
-from distattn.projection import (attention_weights, combine_heads, cross_vocabulary_evidence, directional_factors,
-                                 global_evidence, multihead_evidence, next_token_distribution, svd_heads,
-                                 vocabulary_evidence)
+from distattn.projection import (Head, attention_weights, causal_weights, combine_heads, context_matrix,
+                                 cross_vocabulary_evidence, directional_context_matrix, directional_factors,
+                                 factored_svd, global_evidence, multihead_evidence, next_token_distribution,
+                                 selector, sinusoidal_position_matrix, svd_heads, vocabulary_evidence)
 
 S = np.array([[0., 2., 1., 0.], [2., 0., 3., 1.], [1., 3., 0., 2.], [0., 1., 2., 1.]])
 
@@ -35,3 +37,25 @@ def test_a_rank_too_large_for_the_vocabulary_names_the_callers_arguments(algorit
     with pytest.raises(ValueError, match=r"^rank must be < vocab_size = 4 for a truncated SVD; got 4"):
         directional_factors(S, 4, algorithm=algorithm)
     assert len(svd_heads(S, 3, 1, algorithm=algorithm)) == 3 and directional_factors(S, 3)[0].shape == (4, 3)
+
+
+@pytest.mark.parametrize("sparse", [sp.csr_array, sp.csr_matrix, sp.coo_array, sp.dok_matrix])
+def test_scipy_sparse_inputs_are_densified_like_elsewhere(sparse):
+    """Each of these once ended in numpy's 'setting an array element with a sequence' (np.asarray
+    of a scipy sparse object), while S, P, weights, row_normalize and softmax_rows took sparse."""
+    ids = [0, 1, 3, 1]
+    Q = selector(ids, 4)
+    M = Q @ sp.csr_array(S) @ Q.T                      # the paper's algebra in scipy: M comes out sparse
+    np.testing.assert_allclose(M.toarray(), context_matrix(ids, S))
+    for normalization in ("none", "row", "softmax"):
+        np.testing.assert_allclose(attention_weights(sparse(M), normalization),
+                                   attention_weights(M.toarray(), normalization))
+        np.testing.assert_allclose(causal_weights(sparse(M), normalization), causal_weights(M.toarray(), normalization))
+    W_q, W_k = np.eye(4)[:, :2] + 0.5, np.eye(4)[:, 1:3] * 2.0
+    np.testing.assert_allclose(directional_context_matrix(ids, sparse(W_q), sparse(W_k)), W_q[ids] @ W_k[ids].T)
+    head = Head(sparse(W_q), sparse(W_k))
+    assert isinstance(head.query, np.ndarray)
+    np.testing.assert_allclose(head.context_matrix(ids), W_q[ids] @ W_k[ids].T)
+    u, s, vt = factored_svd(sparse(W_q), sparse(W_k))
+    np.testing.assert_allclose((u * s) @ vt, W_q @ W_k.T, atol=1e-12)
+    np.testing.assert_allclose(sinusoidal_position_matrix(3, sparse(W_q)), sinusoidal_position_matrix(3, W_q))

@@ -63,6 +63,14 @@ def finite(values, name: str) -> None:
         raise ValueError(f"{name} must be finite; it holds NaN or inf")
 
 
+def float_array(values) -> np.ndarray:
+    """``values`` as a float64 ndarray; a scipy sparse matrix or array is densified (``np.asarray``
+    would wrap it in a 0-d object array: numpy's 'setting an array element with a sequence')."""
+    if sp.issparse(values):
+        return values.toarray().astype(np.float64, copy=False)
+    return np.asarray(values, dtype=np.float64)
+
+
 def known_mask(known, length: int) -> np.ndarray | None:
     """A boolean in-vocabulary mask of shape (length,), or None when it is absent or all True."""
     if known is None:

@@ -54,12 +54,12 @@ def causal_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: str
 
     Parameters
     ----------
-    M : ndarray, shape (R, R)
+    M : array-like or sparse, shape (R, R)
         The context matrix of the in-vocabulary tokens of a document.
     """
     _checks.choice(normalization, "normalization", NORMALIZATIONS)
     _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)
-    M = np.asarray(M, dtype=np.float64)
+    M = _checks.float_array(M)
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ValueError(f"M must be square (length, length); got shape {M.shape}")
     _checks.finite(M, "M")

@@ -204,13 +204,13 @@ def attention_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: 
 
     Parameters
     ----------
-    M : ndarray, shape (length, length)
+    M : array-like or sparse, shape (length, length)
     known : bool ndarray, shape (length,), optional
         In-vocabulary positions. Rows and columns outside it are zero in A, and the row
         normalisations run over the known columns only.
     """
     _checks.choice(normalization, "normalization", NORMALIZATIONS)
-    M = np.asarray(M, dtype=np.float64)
+    M = _checks.float_array(M)
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ValueError(f"M must be square (length, length); got shape {M.shape}")
     _checks.finite(M, "M")

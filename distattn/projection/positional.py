@@ -131,14 +131,14 @@ def sinusoidal_position_matrix(length: int, basis, *, scale: float = 1.0, base: 
     Parameters
     ----------
     length : int
-    basis : array-like, shape (vocab_size, d)
+    basis : array-like or sparse, shape (vocab_size, d)
         E.g. :func:`embedding_basis`.
 
     Returns
     -------
     ndarray of float64, shape (length, vocab_size) (dense; size checked first)
     """
-    U = np.asarray(basis, dtype=np.float64)
+    U = _checks.float_array(basis)
     if U.ndim != 2:
         raise ValueError(f"basis must be 2-D (vocab_size, dim); got shape {U.shape}")
     _checks.finite(U, "basis")
