@@ -59,3 +59,17 @@ def test_scipy_sparse_inputs_are_densified_like_elsewhere(sparse):
     u, s, vt = factored_svd(sparse(W_q), sparse(W_k))
     np.testing.assert_allclose((u * s) @ vt, W_q @ W_k.T, atol=1e-12)
     np.testing.assert_allclose(sinusoidal_position_matrix(3, sparse(W_q)), sinusoidal_position_matrix(3, W_q))
+
+
+def test_head_profiles_validates_its_ids():
+    """Head.profiles is public (Q S⁽ⁱ⁾ of a sequence) but took ids unchecked: a list raised
+    AttributeError ('list' object has no attribute 'size'), an id >= vocab_size numpy's IndexError."""
+    W_q, W_k = np.eye(4)[:, :2] + 0.5, np.eye(4)[:, 1:3] * 2.0
+    head = Head(W_q, W_k)
+    expected = W_q[[0, 3]] @ W_k.T
+    np.testing.assert_allclose(head.profiles([0, 3]), expected)
+    out = head.profiles([0, -2, 3])                       # any negative id is OOV: a zero row
+    np.testing.assert_allclose(out[[0, 2]], expected)
+    assert not out[1].any()
+    with pytest.raises(ValueError, match=r"token_ids contains ids \[4\] outside \[0, vocab_size=4\)"):
+        head.profiles(np.array([0, 4]))

@@ -73,8 +73,9 @@ class Head:
         """``M⁽ⁱ⁾ = Q S⁽ⁱ⁾ Qᵀ``, shape (length, length)."""
         return directional_context_matrix(token_ids, self.query, self.key, unk_id=unk_id)
 
-    def profiles(self, ids: np.ndarray) -> np.ndarray:
-        """``Q S⁽ⁱ⁾ = query[ids] @ key.T``, shape (length, vocab_size); zero rows at OOV (-1)."""
+    def profiles(self, ids) -> np.ndarray:
+        """``Q S⁽ⁱ⁾ = query[ids] @ key.T``, shape (length, vocab_size); zero rows at OOV (negative ids)."""
+        ids = _checks.token_ids(ids, self.vocab_size, require_known=False)
         check_memory(8.0 * ids.size * self.vocab_size, f"the dense head profiles ({ids.size} x {self.vocab_size})")
         q = np.where((ids >= 0)[:, None], self.query[np.maximum(ids, 0)], 0.0)
         return q @ self.key.T
