@@ -73,3 +73,17 @@ def test_head_profiles_validates_its_ids():
     assert not out[1].any()
     with pytest.raises(ValueError, match=r"token_ids contains ids \[4\] outside \[0, vocab_size=4\)"):
         head.profiles(np.array([0, 4]))
+
+
+@pytest.mark.parametrize("normalization", ["none", "softmax"])
+def test_a_misspelt_zero_rows_is_refused_whatever_the_normalization(normalization):
+    """The predictor, the batch and causal paths and weights= refused zero_rows='unifrom' always;
+    these accepted it silently unless normalization='row'."""
+    for call in (lambda: attention_weights(S[:3, :3], normalization, zero_rows="unifrom"),
+                 lambda: global_evidence([0, 1], S, normalization=normalization, zero_rows="unifrom"),
+                 lambda: next_token_distribution([0, 1], S, normalization=normalization, zero_rows="unifrom"),
+                 lambda: cross_vocabulary_evidence([0], [1, 2], S, normalization=normalization, zero_rows="unifrom"),
+                 lambda: multihead_evidence([0, 1], svd_heads(S, 1, 1), normalization=normalization,
+                                            zero_rows="unifrom")):
+        with pytest.raises(ValueError, match=r"^zero_rows must be one of \('uniform', 'zero', 'self'\); got 'unifrom'"):
+            call()

@@ -210,6 +210,7 @@ def attention_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: 
         normalisations run over the known columns only.
     """
     _checks.choice(normalization, "normalization", NORMALIZATIONS)
+    _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)    # unused unless "row", but a typo is still one
     M = _checks.float_array(M)
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ValueError(f"M must be square (length, length); got shape {M.shape}")

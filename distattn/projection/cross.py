@@ -16,7 +16,7 @@ import numpy as np
 
 from distattn.memory import check_memory
 from distattn.projection import _checks
-from distattn.projection.core import NORMALIZATIONS, _gather, _profiles, row_normalize, softmax_rows
+from distattn.projection.core import NORMALIZATIONS, ZERO_ROW_POLICIES, _gather, _profiles, row_normalize, softmax_rows
 
 __all__ = ["cross_context_matrix", "cross_vocabulary_evidence"]
 
@@ -50,6 +50,7 @@ def cross_vocabulary_evidence(target_ids, source_ids, cooc, *, normalization: st
     _checks.choice(normalization, "normalization", NORMALIZATIONS)
     if zero_rows == "self":
         raise ValueError("zero_rows='self' needs a square matrix; cross-attention allows 'uniform' or 'zero'")
+    _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)
     S = _checks.cooc_matrix(cooc)
     tgt = _checks.token_ids(target_ids, S.shape[0], unk_id=unk_id, name="target_ids")
     src = _checks.token_ids(source_ids, S.shape[0], unk_id=unk_id, name="source_ids")
