@@ -87,3 +87,13 @@ def test_a_misspelt_zero_rows_is_refused_whatever_the_normalization(normalizatio
                                             zero_rows="unifrom")):
         with pytest.raises(ValueError, match=r"^zero_rows must be one of \('uniform', 'zero', 'self'\); got 'unifrom'"):
             call()
+
+
+def test_attention_weights_none_returns_a_copy_not_the_callers_matrix():
+    """With normalization='none' a float64 M came back as the caller's own array, so editing A
+    edited M (a float32 M was copied): the result is now always a new array."""
+    M = np.arange(9, dtype=np.float64).reshape(3, 3)
+    A = attention_weights(M, "none")
+    np.testing.assert_array_equal(A, M)
+    A[0, 0] = 100.0
+    assert M[0, 0] == 0.0

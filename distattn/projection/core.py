@@ -219,7 +219,9 @@ def attention_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: 
     if normalization == "softmax":      # named here: softmax_rows would call it "temperature"
         attention_temperature = _checks.positive_float(attention_temperature, "attention_temperature")
     if normalization == "none":
-        return M if known is None else M * (known[:, None] & known[None, :])
+        # a copy: a float64 M comes back from float_array as the caller's own array, and editing A
+        # must not edit it (it did; a float32 M was already copied)
+        return M.copy() if known is None else M * (known[:, None] & known[None, :])
     if known is None:
         if normalization == "row":
             return row_normalize(M, zero_rows=zero_rows)
