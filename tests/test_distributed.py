@@ -56,3 +56,13 @@ def test_dask_backend_identical_with_empty_and_surplus_partitions(client, n_part
         for a, b in zip(local, remote) if isinstance(local, list) else [(local, remote)]:
             assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
             assert np.array_equal(a.data, b.data)
+
+
+@pytest.mark.parametrize("n_partitions", [None, 2])
+def test_dask_backend_refuses_a_closed_client_by_name(client, n_partitions):
+    from dask.distributed import Client
+    closed = Client(client.scheduler.address)
+    closed.close()
+    # it raised AttributeError: 'NoneType' object has no attribute 'ncores' (with n_partitions: ClosedClientError)
+    with pytest.raises(ValueError, match=r"client is 'closed', not running"):
+        cooccurrence([[0, 1]], 2, window=1, backend="dask", client=closed, n_partitions=n_partitions)

@@ -27,6 +27,9 @@ def _client(client):
         return Client(client), True
     if not isinstance(client, Client):
         raise TypeError(f"client must be a dask.distributed.Client or an address string, not {type(client).__name__}")
+    if client.status != "running":     # a closed client failed with "'NoneType' object has no attribute 'ncores'"
+        raise ValueError(f"the dask client is {client.status!r}, not running: pass a connected "
+                         "dask.distributed.Client or a scheduler address such as 'tcp://127.0.0.1:8786'")
     return client, False
 
 
