@@ -207,3 +207,20 @@ def test_encoded_corpus_unk_follows_the_oov_mode(oov):
     for window in (1, 2, 6):
         got = cooccurrence(enc, window=window, weighting="harmonic", oov=oov)
         assert_same(got, _all_pairs(docs, 4, window, "harmonic", True, oov, unk=1), rtol=1e-15)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_harmonic_counts_past_the_integer_range_are_accurate_and_chunk_independent(symmetric):
+    # 6,000 (directional: 12,000) documents of 1,000 copies of one word, window 22: the entry
+    # times lcm(1..22) passes 2**53, where the integer weights lcm/d stopped summing exactly. The
+    # one-chunk count was off by about 1e-10 relative and differed from a chunked (or Dask) count.
+    from fractions import Fraction
+    n_docs, length, window = 6000 if symmetric else 12000, 1000, 22
+    r = RaggedIds(np.zeros(n_docs * length, np.int32), np.arange(n_docs + 1, dtype=np.int64) * length)
+    true = (2 if symmetric else 1) * n_docs * sum(Fraction(length - d, d) for d in range(1, window + 1))
+    whole = cooccurrence(r, 1, window=window, weighting="harmonic", symmetric=symmetric, n_jobs=1)
+    chunked = cooccurrence(r, 1, window=window, weighting="harmonic", symmetric=symmetric, n_jobs=1,
+                           chunk_tokens=7 * length)
+    for m in (whole, chunked):
+        assert m.dtype == np.float64 and abs(m.data[0] - float(true)) <= 1e-13 * float(true)
+    assert whole.data[0] == chunked.data[0]      # bit for bit

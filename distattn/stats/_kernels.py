@@ -89,7 +89,8 @@ def count_rows(padded, row_ptr, positions, row_lo, row_hi, vocab_size, d_lo, d_h
 
     Row ``a``, column ``b`` accumulates ``weights[d]`` for every occurrence of ``a`` at ``p``
     with ``b`` at ``p + d`` (if ``look_right``) and at ``p - d`` (if ``look_left``), for
-    ``d_lo <= d <= d_hi``. Returns (indptr relative to this block, indices int32, data float64).
+    ``d_lo <= d <= d_hi``. Returns (indptr relative to this block, indices int32, data in
+    ``weights``' dtype: float64, or int64 for the exact integer harmonic weights).
 
     Two ways to find a row's columns in sorted order, chosen per row by how many it can have:
     a frequent row marks touched columns in a bitmap with branch-free ORs and walks the set
@@ -99,8 +100,8 @@ def count_rows(padded, row_ptr, positions, row_lo, row_hi, vocab_size, d_lo, d_h
     n_rows = row_hi - row_lo
     indptr = np.zeros(n_rows + 1, dtype=np.int64)
     indices = np.empty(max(capacity, 16), dtype=np.int32)
-    data = np.empty(max(capacity, 16), dtype=np.float64)
-    acc = np.zeros(vocab_size, dtype=np.float64)
+    data = np.empty(max(capacity, 16), dtype=weights.dtype)
+    acc = np.zeros(vocab_size, dtype=weights.dtype)
     n_words = (vocab_size + 63) >> 6
     bits = np.zeros(n_words, dtype=np.int64)
     touched = np.empty(vocab_size, dtype=np.int64)
@@ -108,7 +109,7 @@ def count_rows(padded, row_ptr, positions, row_lo, row_hi, vocab_size, d_lo, d_h
     # the signed offsets looked at, and their weights, as one flat loop (no flags in the hot loop)
     n_offs = (d_hi - d_lo + 1) * ((1 if look_right else 0) + (1 if look_left else 0))
     offs = np.empty(n_offs, dtype=np.int64)
-    wts = np.empty(n_offs, dtype=np.float64)
+    wts = np.empty(n_offs, dtype=weights.dtype)
     j = 0
     for d in range(d_lo, d_hi + 1):
         if look_right:
@@ -130,7 +131,7 @@ def count_rows(padded, row_ptr, positions, row_lo, row_hi, vocab_size, d_lo, d_h
         if nnz + room > indices.shape[0]:
             new_cap = max(2 * indices.shape[0], nnz + room)
             new_indices = np.empty(new_cap, dtype=np.int32)
-            new_data = np.empty(new_cap, dtype=np.float64)
+            new_data = np.empty(new_cap, dtype=weights.dtype)
             new_indices[:nnz] = indices[:nnz]
             new_data[:nnz] = data[:nnz]
             indices = new_indices
@@ -157,7 +158,7 @@ def count_rows(padded, row_ptr, positions, row_lo, row_hi, vocab_size, d_lo, d_h
                         b = (wi << 6) + _lowest_bit_index(low)
                         indices[nnz] = b
                         data[nnz] = acc[b]
-                        acc[b] = 0.0
+                        acc[b] = 0
                         nnz += 1
         else:
             nt = 0
@@ -179,7 +180,7 @@ def count_rows(padded, row_ptr, positions, row_lo, row_hi, vocab_size, d_lo, d_h
                 b = cols[i]
                 indices[nnz] = b
                 data[nnz] = acc[b]
-                acc[b] = 0.0
+                acc[b] = 0
                 nnz += 1
         indptr[a - row_lo + 1] = nnz
     return indptr, indices, data, nnz

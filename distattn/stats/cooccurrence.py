@@ -12,11 +12,13 @@ Conventions (those of Stanford GloVe's ``cooccur``):
   in-vocabulary tokens (GloVe); ``oov="gap"`` keeps their places (hyperwords).
 * Documents are boundaries: no window crosses one.
 
-Exactness: harmonic weights are accumulated as the integers ``L/d`` with ``L = lcm(1..window)``
-and divided by ``L`` once at the end, so every sum is exact (below 2**53) and the matrix does
-not depend on the order of summation: chunked, threaded and Dask runs give identical bits.
-For ``window > 22`` the plain float weights ``1/d`` are used instead, and chunked, threaded and
-Dask runs then agree to rounding (about 1e-16 relative), not bit for bit.
+Exactness: harmonic weights are accumulated as the int64 integers ``L/d`` with
+``L = lcm(1..window)`` and divided by ``L`` once at the end, so every sum is exact and the matrix
+does not depend on the order of summation: chunked, threaded and Dask runs give identical bits.
+(Float64 sums of ``L/d`` were exact only below 2**53, which an entry of about 3.9e7 passes
+at window 19-22.) For ``window > 22``, or when the most frequent word's
+count times ``2 * sum(L/d)`` could pass 2**63, the plain float weights ``1/d`` are used instead,
+and chunked, threaded and Dask runs then agree to rounding, not bit for bit.
 """
 
 from __future__ import annotations
@@ -142,10 +144,11 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
         raise EmptyCorpusError(f"the corpus has {len(ragged)} documents but no in-vocabulary tokens "
                                "(all documents are empty or out of vocabulary)")
     estimate_memory(in_vocab, len(ragged), vocab_size, window, symmetric, per_offset, max_memory)
+    exact = _integer_sums_exact(in_vocab, window, weighting, symmetric)
     del in_vocab
     groups = split_documents(ragged, chunk_tokens)
     spec = dict(vocab_size=vocab_size, window=window, weighting=weighting, symmetric=symmetric,
-                per_offset=per_offset, oov=oov, oov_id=oov_id, n_jobs=n_jobs)
+                per_offset=per_offset, oov=oov, oov_id=oov_id, n_jobs=n_jobs, exact=exact)
     if backend == "dask":
         from distattn.stats.distributed import map_reduce_counts
         return map_reduce_counts(ragged, groups, spec, client, n_partitions)
@@ -153,7 +156,17 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
     for lo, hi in groups:
         part = count_block(_slice_docs(ragged, lo, hi), **spec)
         total = part if total is None else _add(total, part)
-    return finalize(total, window, weighting)
+    return finalize(total, window, weighting, exact)
+
+
+def _integer_sums_exact(in_vocab_ids: np.ndarray, window: int, weighting: str, symmetric: bool) -> bool:
+    """Whether the int64 harmonic weights ``L/d`` keep every entry, and so every partial sum,
+    below 2**63: an entry of row ``a`` is at most ``count(a) * sides * sum(L/d)``."""
+    scale = harmonic_scale(window)
+    if weighting != "harmonic" or not scale:
+        return True
+    most = int(np.bincount(in_vocab_ids).max())
+    return most * (2 if symmetric else 1) * sum(scale // d for d in range(1, window + 1)) < 2 ** 63
 
 
 def split_documents(ragged: RaggedIds, chunk_tokens: int) -> list[tuple[int, int]]:
@@ -172,17 +185,20 @@ def _slice_docs(ragged: RaggedIds, lo: int, hi: int) -> RaggedIds:
 
 
 def count_block(ragged: RaggedIds, *, vocab_size: int, window: int, weighting: str, symmetric: bool,
-                per_offset: bool, oov: str = "drop", oov_id: int = -1, n_jobs: int | None = None):
-    """Unnormalised counts of one group of documents: harmonic weights are the integers
-    ``lcm/d`` (see module docstring); :func:`finalize` divides. Returns a csr_array or a list."""
+                per_offset: bool, oov: str = "drop", oov_id: int = -1, n_jobs: int | None = None,
+                exact: bool = True):
+    """Unnormalised counts of one group of documents: harmonic weights are the int64 integers
+    ``lcm/d`` (see module docstring; ``exact=False``: the floats ``1/d``); :func:`finalize`
+    divides. Returns a csr_array or a list."""
     padded = _kernels.pad_documents(np.ascontiguousarray(ragged.ids, dtype=np.int32), ragged.offsets, window,
                                     oov_id, oov == "drop")
     row_ptr, positions = _kernels.bucket_positions(padded, vocab_size)
-    scale = harmonic_scale(window) if weighting == "harmonic" else 1
+    scale = (harmonic_scale(window) if exact else 0) if weighting == "harmonic" else 1
     weights = np.ones(window + 1, dtype=np.float64)
-    if weighting == "harmonic":
-        d = np.arange(1, window + 1, dtype=np.float64)
-        weights[1:] = scale / d if scale else 1.0 / d
+    if weighting == "harmonic" and scale:      # int64: float64 sums of lcm/d rounded past 2**53
+        weights = np.array([1] + [scale // d for d in range(1, window + 1)], dtype=np.int64)
+    elif weighting == "harmonic":
+        weights[1:] = 1.0 / np.arange(1, window + 1, dtype=np.float64)
     sides = 2 if symmetric else 1
     run = dict(padded=padded, row_ptr=row_ptr, positions=positions, vocab_size=vocab_size,
                look_right=True, look_left=symmetric, n_jobs=n_jobs)
@@ -193,17 +209,18 @@ def count_block(ragged: RaggedIds, *, vocab_size: int, window: int, weighting: s
     return _count_rows_parallel(d_lo=1, d_hi=window, weights=weights, pairs_per_token=sides * window, **run)
 
 
-def finalize(counts, window: int, weighting: str):
-    """Apply the final division of :func:`count_block`'s integer-weighted sums."""
+def finalize(counts, window: int, weighting: str, exact: bool = True):
+    """Apply the final division of :func:`count_block`'s integer-weighted sums (the same
+    ``exact`` as there); the result is float64."""
     if weighting != "harmonic":
         return counts
     if isinstance(counts, list):
         for d, m in enumerate(counts, start=1):
             m.data /= d
         return counts
-    scale = harmonic_scale(window)
+    scale = harmonic_scale(window) if exact else 0
     if scale:
-        counts.data /= scale
+        counts.data = counts.data / scale      # int64 sums: float64 quotients
     return counts
 
 

@@ -5,7 +5,7 @@ same compiled kernel as the local backend, partial matrices are summed in a tree
 workers, and the client receives one matrix. Because the harmonic weights are integers until
 the final division (see :mod:`distattn.stats.cooccurrence`), the result is bit-identical to the
 local backend whatever the grouping or the order of the sums, for ``window <= 22``; a wider
-window sums float weights ``1/d``, and the grouping changes the last bits (about 1e-16 relative).
+window sums float weights ``1/d``, and the grouping changes the last bits.
 """
 
 from __future__ import annotations
@@ -68,4 +68,4 @@ def map_reduce_counts(ragged: RaggedIds, groups, spec: dict, client, n_partition
     finally:
         if owned:
             client.close()
-    return finalize(total, spec["window"], spec["weighting"])
+    return finalize(total, spec["window"], spec["weighting"], spec["exact"])
