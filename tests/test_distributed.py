@@ -66,3 +66,10 @@ def test_dask_backend_refuses_a_closed_client_by_name(client, n_partitions):
     # it raised AttributeError: 'NoneType' object has no attribute 'ncores' (with n_partitions: ClosedClientError)
     with pytest.raises(ValueError, match=r"client is 'closed', not running"):
         cooccurrence([[0, 1]], 2, window=1, backend="dask", client=closed, n_partitions=n_partitions)
+
+
+@pytest.mark.parametrize("kw", [{"client": "tcp://127.0.0.1:8786"}, {"n_partitions": 4}])
+def test_dask_options_without_backend_dask_are_refused(kw):
+    # they were ignored: the corpus was counted locally, on a machine the caller meant to spare
+    with pytest.raises(ValueError, match=r"only used with backend='dask'.*backend='numpy'"):
+        cooccurrence([[0, 1]], 2, window=1, **kw)

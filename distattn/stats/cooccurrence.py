@@ -134,6 +134,10 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
             raise ValueError(f"{name} must be True or False, got {flag!r}")
     if backend not in ("numpy", "dask"):
         raise ValueError(f"backend={backend!r} is not one of ('numpy', 'dask')")
+    if backend != "dask" and (client is not None or n_partitions is not None):   # they were ignored
+        given = "client=" if client is not None else "n_partitions="
+        raise ValueError(f"{given} is only used with backend='dask'; got backend={backend!r}; "
+                         "pass backend='dask' to count on the cluster")
     if n_partitions is not None and (isinstance(n_partitions, bool) or not isinstance(n_partitions, (int, np.integer))
                                      or n_partitions < 1):   # 0 raised ZeroDivisionError, -3 was taken as 1 token
         raise ValueError(f"n_partitions must be None or a positive integer, got {n_partitions!r}")
