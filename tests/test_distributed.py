@@ -73,3 +73,20 @@ def test_dask_options_without_backend_dask_are_refused(kw):
     # they were ignored: the corpus was counted locally, on a machine the caller meant to spare
     with pytest.raises(ValueError, match=r"only used with backend='dask'.*backend='numpy'"):
         cooccurrence([[0, 1]], 2, window=1, **kw)
+
+
+def test_dask_backend_sends_the_documents_to_the_workers_not_through_the_graph(client):
+    """Each group's ids travelled inside the task graph, through the scheduler: on a corpus of a
+    few MiB dask warned "Sending large graph of size …". They are scattered to the workers now."""
+    import warnings
+    from distattn.corpus.ragged import RaggedIds
+    rng = np.random.default_rng(0)
+    n = 4_000_000           # 16 MB of int32 ids in one task, over dask's 10 MiB threshold per submitted graph
+    docs = RaggedIds(rng.integers(0, 500, n).astype(np.int32), np.arange(0, n + 1, 1000, dtype=np.int64))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        remote = cooccurrence(docs, 500, window=1, backend="dask", client=client, n_partitions=1)
+    assert not [w for w in caught if "large graph" in str(w.message)], [str(w.message)[:80] for w in caught]
+    local = cooccurrence(docs, 500, window=1)
+    assert np.array_equal(local.indptr, remote.indptr) and np.array_equal(local.indices, remote.indices)
+    assert np.array_equal(local.data, remote.data)

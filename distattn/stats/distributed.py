@@ -1,6 +1,7 @@
 """Co-occurrence counting on a ``dask.distributed`` cluster (optional extra ``distributed``).
 
-The corpus is cut into consecutive document groups; each worker counts its groups with the
+The corpus is cut into consecutive document groups, scattered to the workers (not carried in the
+task graph); each worker counts its groups with the
 same compiled kernel as the local backend, partial matrices are summed in a tree on the
 workers, and the client receives one matrix. Because the harmonic weights are integers until
 the final division (see :mod:`distattn.stats.cooccurrence`), the result is bit-identical to the
@@ -33,8 +34,9 @@ def _client(client):
     return client, False
 
 
-def _count_group(ids, offsets, spec):
+def _count_group(group, spec):
     from distattn.stats.cooccurrence import count_block
+    ids, offsets = group
     return count_block(RaggedIds(ids, offsets), **spec)
 
 
@@ -54,11 +56,15 @@ def map_reduce_counts(ragged: RaggedIds, groups, spec: dict, client, n_partition
         chunk = max(1, -(-ragged.n_tokens // n_partitions))
         groups = split_documents(ragged, chunk)
         spec = dict(spec, n_jobs=1)
-        futures = []
+        parts = []
         for lo, hi in groups:
             off = ragged.offsets[lo:hi + 1]
-            ids = np.ascontiguousarray(ragged.ids[off[0]:off[-1]])
-            futures.append(client.submit(_count_group, ids, off - off[0], spec, pure=False))
+            parts.append((np.ascontiguousarray(ragged.ids[off[0]:off[-1]]), off - off[0]))
+        # the documents go straight to the workers, one object per group, and each task runs where
+        # its group is: inside the task graph they passed through the scheduler, and dask warned
+        # "Sending large graph of size …" on a corpus of some MiB. hash=False: equal groups (two
+        # empty ones) got one key, which the release of an earlier call's could cancel ("lost dependencies")
+        futures = [client.submit(_count_group, part, spec, pure=False) for part in client.scatter(parts, hash=False)]
         while len(futures) > 1:  # tree reduction on the workers
             nxt = [client.submit(_sum, futures[i], futures[i + 1], pure=False) for i in range(0, len(futures) - 1, 2)]
             if len(futures) % 2:
