@@ -769,31 +769,21 @@ def test_a_model_file_in_place_of_the_checkpoint_is_refused_by_name(tmp_path):
         Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=8), out_dir=tmp_path).fit()
 
 
-def test_select_on_an_evaluation_set_the_task_lacks_is_refused_before_training(tmp_path):
-    """select_on='val/accuracy' with no 'val' set was refused only after the first epoch had trained
-    (and that epoch was not saved)."""
+@pytest.mark.parametrize("eval_set, select_on, message", [
+    # no 'val' set: refused only after the first epoch had trained (and that epoch was not saved)
+    ("test", "val/accuracy", r"select_on='val/accuracy': the task has no evaluation set 'val'; its eval_sets are \['test'\]"),
+    # a typo of 'val/accuracy': refused only after the first epoch had trained
+    ("val", "val/acc", r"select_on='val/acc': the task's evaluation gives no metric 'acc'; "
+                       r"it gives \['accuracy', 'loss', 'n'\]"),
+])
+def test_a_select_on_the_task_cannot_give_is_refused_before_training(tmp_path, eval_set, select_on, message):
     docs, y = toy_docs(16)
     task = ClassificationTask(ClassificationData(docs, y, max_len=16),
-                              eval_sets={"test": ClassificationData(docs, y, max_len=16)})
+                              eval_sets={eval_set: ClassificationData(docs, y, max_len=16)})
     steps = []
-    trainer = Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=8, select_on="val/accuracy"),
+    trainer = Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=8, select_on=select_on),
                       out_dir=tmp_path, callbacks=[lambda tr, step, loss: steps.append(step)])
-    with pytest.raises(ValueError, match=r"select_on='val/accuracy': the task has no evaluation set 'val'; "
-                                         r"its eval_sets are \['test'\]"):
-        trainer.fit()
-    assert steps == [] and not (tmp_path / "checkpoint.pt").exists()
-
-
-def test_select_on_a_metric_the_task_does_not_give_is_refused_before_training(tmp_path):
-    """select_on='val/acc' (a typo of 'val/accuracy') was refused only after the first epoch had trained."""
-    docs, y = toy_docs(16)
-    task = ClassificationTask(ClassificationData(docs, y, max_len=16),
-                              eval_sets={"val": ClassificationData(docs, y, max_len=16)})
-    steps = []
-    trainer = Trainer(tiny_classifier(), task, quiet(epochs=1, batch_size=8, select_on="val/acc"),
-                      out_dir=tmp_path, callbacks=[lambda tr, step, loss: steps.append(step)])
-    with pytest.raises(ValueError, match=r"select_on='val/acc': the task's evaluation gives no metric 'acc'; "
-                                         r"it gives \['accuracy', 'loss', 'n'\]"):
+    with pytest.raises(ValueError, match=message):
         trainer.fit()
     assert steps == [] and not (tmp_path / "checkpoint.pt").exists()
 
