@@ -69,9 +69,7 @@ def directional_factors(directional, rank: int, *, algorithm: str = "arpack",
     if svd is not None:
         u, s, vt = precomputed_svd(svd, rank, X.shape)
     else:
-        if rank >= X.shape[0]:                    # else truncated_svd's error, about a "dim" never passed
-            raise ValueError(f"rank must be < vocab_size = {X.shape[0]} for a truncated SVD; got {rank}")
-        u, s, vt = truncated_svd(X, rank, algorithm=algorithm, random_state=random_state)
+        u, s, vt = truncated_svd(X, rank, algorithm=algorithm, random_state=random_state, name="rank")
     root = np.sqrt(s)
     return u * root, vt.T * root
 

@@ -96,10 +96,8 @@ def svd_heads(cooc, n_heads: int, head_rank: int, *, algorithm: str = "arpack", 
     if svd is not None:
         u, s, vt = precomputed_svd(svd, n_heads * head_rank, S.shape)
     else:
-        if n_heads * head_rank >= S.shape[0]:     # else truncated_svd's error, about a "dim" never passed
-            raise ValueError(f"n_heads * head_rank = {n_heads} * {head_rank} = {n_heads * head_rank} must be "
-                             f"< vocab_size = {S.shape[0]} for a truncated SVD")
-        u, s, vt = truncated_svd(S, n_heads * head_rank, algorithm=algorithm, random_state=random_state)
+        u, s, vt = truncated_svd(S, n_heads * head_rank, algorithm=algorithm, random_state=random_state,
+                                 name="n_heads * head_rank")
     root = np.sqrt(s)
     A, B = u * root, vt.T * root
     return [Head(A[:, i * head_rank:(i + 1) * head_rank].copy(), B[:, i * head_rank:(i + 1) * head_rank].copy())

@@ -44,12 +44,13 @@ def _flip_signs(u: np.ndarray, vt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return u, vt
 
 
-def truncated_svd(X, dim: int, algorithm: str = "arpack", random_state=0, dtype=np.float64):
+def truncated_svd(X, dim: int, algorithm: str = "arpack", random_state=0, dtype=np.float64, *, name: str = "dim"):
     """The ``dim`` largest singular triplets of ``X`` (sparse or dense, shape (m, n)).
 
     Returns ``(u, s, vt)`` with shapes (m, dim), (dim,), (dim, n): singular values sorted in
     descending order and a deterministic sign convention (the largest-|.| entry of each
-    column of ``u`` is positive). ``dim`` must satisfy ``1 <= dim < min(m, n)``.
+    column of ``u`` is positive). ``dim`` must satisfy ``1 <= dim < min(m, n)``; ``name`` is what
+    the error calls it (a caller's own argument, e.g. ``"rank"``).
     """
     if algorithm not in _ALGORITHMS:
         raise ValueError(f"algorithm must be one of {_ALGORITHMS}, got {algorithm!r}.")
@@ -69,7 +70,7 @@ def truncated_svd(X, dim: int, algorithm: str = "arpack", random_state=0, dtype=
         or not 1 <= dim < min(m, n)
     ):
         raise ValueError(
-            f"dim must be an integer with 1 <= dim < min(X.shape) = {min(m, n)} "
+            f"{name} must be an integer with 1 <= {name} < min(X.shape) = {min(m, n)} "
             f"(X has shape {X.shape}), got {dim!r}."
         )
     if not np.any(values):
