@@ -78,8 +78,9 @@ from distattn.corpus.vocabulary import Vocabulary
 __all__ = ["GLOVE_RECORD", "MAX_WORD_BYTES", "glove_words", "write_glove_vocab", "write_glove_corpus",
            "read_glove_cooccurrence", "write_glove_cooccurrence", "run_glove_cooccur", "glove_cooccurrence"]
 
-#: ``CREC`` of ``cooccur.c``: ``int word1; int word2; double val`` (x86-64 / little-endian).
-GLOVE_RECORD = np.dtype([("word1", "<i4"), ("word2", "<i4"), ("val", "<f8")])
+#: ``CREC`` of ``cooccur.c``: ``int word1; int word2; double val``, in the machine's own byte order
+#: (``cooccur`` ``fwrite``s the struct as it is in memory), like the module docstring says.
+GLOVE_RECORD = np.dtype([("word1", "=i4"), ("word2", "=i4"), ("val", "=f8")])
 #: ``cooccur``'s ``get_word`` keeps ``MAX_STRING_LENGTH - 1 = 999`` bytes of a corpus word and
 #: truncates the rest, while it reads vocabulary words with ``%1000s``: longer words would not match.
 MAX_WORD_BYTES = 999
