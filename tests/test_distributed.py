@@ -90,3 +90,11 @@ def test_dask_backend_sends_the_documents_to_the_workers_not_through_the_graph(c
     local = cooccurrence(docs, 500, window=1)
     assert np.array_equal(local.indptr, remote.indptr) and np.array_equal(local.indices, remote.indices)
     assert np.array_equal(local.data, remote.data)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:notaport", "http://127.0.0.1:8786", "scheduler"])
+def test_dask_backend_refuses_a_malformed_address_by_name(address):
+    # dask's own message named neither client= nor the allowed form ("invalid literal for int() with base 10")
+    import re
+    with pytest.raises(ValueError, match=re.escape(f"client={address!r} is not a scheduler address")):
+        cooccurrence([[0, 1]], 2, window=1, backend="dask", client=address)

@@ -25,7 +25,11 @@ def _client(client):
         raise ValueError("backend='dask' needs client=: a dask.distributed.Client or a scheduler address "
                          "such as 'tcp://127.0.0.1:8786'")
     if isinstance(client, str):
-        return Client(client), True
+        try:
+            return Client(client), True
+        except ValueError as exc:    # dask's "invalid literal for int() with base 10: 'x'" named no option
+            raise ValueError(f"client={client!r} is not a scheduler address ({exc}); pass an address such as "
+                             "'tcp://127.0.0.1:8786' or a dask.distributed.Client") from exc
     if not isinstance(client, Client):
         raise TypeError(f"client must be a dask.distributed.Client or an address string, not {type(client).__name__}")
     if client.status != "running":     # a closed client failed with "'NoneType' object has no attribute 'ncores'"
