@@ -68,7 +68,7 @@ def test_dask_backend_refuses_a_closed_client_by_name(client, n_partitions):
         cooccurrence([[0, 1]], 2, window=1, backend="dask", client=closed, n_partitions=n_partitions)
 
 
-@pytest.mark.parametrize("kw", [{"client": "tcp://127.0.0.1:8786"}, {"n_partitions": 4}])
+@pytest.mark.parametrize("kw", [{"client": "tcp://127.0.0.1:8786"}, {"n_partitions": 4}, {"worker_timeout": 5}])
 def test_dask_options_without_backend_dask_are_refused(kw):
     # they were ignored: the corpus was counted locally, on a machine the caller meant to spare
     with pytest.raises(ValueError, match=r"only used with backend='dask'.*backend='numpy'"):
@@ -98,3 +98,32 @@ def test_dask_backend_refuses_a_malformed_address_by_name(address):
     import re
     with pytest.raises(ValueError, match=re.escape(f"client={address!r} is not a scheduler address")):
         cooccurrence([[0, 1]], 2, window=1, backend="dask", client=address)
+
+
+@pytest.fixture
+def workerless_client():
+    from dask.distributed import Client, LocalCluster
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, Client(cluster) as c:
+        yield c
+
+
+def test_dask_backend_without_workers_times_out_naming_the_wait_and_the_scheduler(workerless_client):
+    # the scatter gave up after the client's own 30 s with "No valid workers found"; the wait had no setting
+    import re
+    address = workerless_client.scheduler.address
+    with pytest.raises(TimeoutError, match=rf"no dask worker joined the scheduler at {re.escape(address)} "
+                                           r"within worker_timeout=0.5 s"):
+        cooccurrence([[0, 1]], 2, window=1, backend="dask", client=workerless_client, worker_timeout=0.5)
+
+
+def test_dask_backend_waits_for_a_worker_that_is_still_starting(workerless_client):
+    workerless_client.cluster.scale(1)      # the worker joins while the count waits for it
+    S = cooccurrence([[0, 1, 2]], 3, window=1, backend="dask", client=workerless_client, worker_timeout=30)
+    assert S.sum() == 4
+
+
+@pytest.mark.parametrize("worker_timeout", [0, -1, float("nan"), float("inf"), "60", True, None])
+def test_dask_backend_refuses_a_bad_worker_timeout_by_name(worker_timeout):
+    with pytest.raises(ValueError, match="worker_timeout must be a positive finite number of seconds"):
+        cooccurrence([[0, 1]], 2, window=1, backend="dask", client="tcp://127.0.0.1:8786",
+                     worker_timeout=worker_timeout)

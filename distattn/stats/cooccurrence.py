@@ -93,7 +93,8 @@ def harmonic_scale(window: int) -> int:
 def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weighting: str = "none",
                  symmetric: bool = True, per_offset: bool = False, oov: str = "drop",
                  n_jobs: int | None = None, chunk_tokens: int = 1 << 27, backend: str = "numpy",
-                 client=None, n_partitions: int | None = None, max_memory: int | None = None):
+                 client=None, n_partitions: int | None = None, worker_timeout: float = 60.0,
+                 max_memory: int | None = None):
     """Co-occurrence counts within a window.
 
     Parameters
@@ -120,6 +121,9 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
         ``"dask"`` counts document groups on a ``dask.distributed`` cluster (``client``: a
         Client or a scheduler address; ``n_partitions`` groups, default two per worker thread)
         and gives the identical matrix (up to rounding for ``window > 22``).
+    worker_timeout : float
+        With ``backend="dask"``: seconds to wait for the cluster's first worker (one still
+        starting) before raising ``TimeoutError``.
     max_memory : int, optional
         Bytes allowed (default: :func:`distattn.memory.available_memory`); the estimate is
         checked before anything large is allocated.
@@ -134,13 +138,17 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
             raise ValueError(f"{name} must be True or False, got {flag!r}")
     if backend not in ("numpy", "dask"):
         raise ValueError(f"backend={backend!r} is not one of ('numpy', 'dask')")
-    if backend != "dask" and (client is not None or n_partitions is not None):   # they were ignored
-        given = "client=" if client is not None else "n_partitions="
+    if backend != "dask" and (client is not None or n_partitions is not None or worker_timeout != 60.0):
+        given = "client=" if client is not None else "n_partitions=" if n_partitions is not None else \
+            "worker_timeout="    # they were ignored
         raise ValueError(f"{given} is only used with backend='dask'; got backend={backend!r}; "
                          "pass backend='dask' to count on the cluster")
     if n_partitions is not None and (isinstance(n_partitions, bool) or not isinstance(n_partitions, (int, np.integer))
                                      or n_partitions < 1):   # 0 raised ZeroDivisionError, -3 was taken as 1 token
         raise ValueError(f"n_partitions must be None or a positive integer, got {n_partitions!r}")
+    if isinstance(worker_timeout, bool) or not isinstance(worker_timeout, (int, float, np.integer, np.floating)) \
+            or not 0 < worker_timeout < math.inf:      # 0 meant no deadline in dask: wait forever
+        raise ValueError(f"worker_timeout must be a positive finite number of seconds, got {worker_timeout!r}")
     ragged, vocab_size, oov_id = as_ragged(docs, vocab_size)
     ids = ragged.ids
     in_vocab = ids[(ids >= 0) & (ids != oov_id)] if oov_id >= 0 else ids[ids >= 0]
@@ -155,7 +163,7 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
                 per_offset=per_offset, oov=oov, oov_id=oov_id, n_jobs=n_jobs, exact=exact)
     if backend == "dask":
         from distattn.stats.distributed import map_reduce_counts
-        return map_reduce_counts(ragged, groups, spec, client, n_partitions)
+        return map_reduce_counts(ragged, groups, spec, client, n_partitions, worker_timeout)
     total = None
     for lo, hi in groups:
         part = count_block(_slice_docs(ragged, lo, hi), **spec)

@@ -49,12 +49,20 @@ def _sum(a, b):
     return _add(a, b)
 
 
-def map_reduce_counts(ragged: RaggedIds, groups, spec: dict, client, n_partitions: int | None = None):
+def map_reduce_counts(ragged: RaggedIds, groups, spec: dict, client, n_partitions: int | None = None,
+                      worker_timeout: float = 60.0):
     """Count ``ragged`` on the cluster. ``groups`` are the local backend's document ranges;
-    they are regrouped into about ``n_partitions`` (default: 2 per worker thread) tasks."""
+    they are regrouped into about ``n_partitions`` (default: 2 per worker thread) tasks.
+    Waits up to ``worker_timeout`` seconds for a first worker, then raises ``TimeoutError``."""
     from distattn.stats.cooccurrence import finalize, split_documents
     client, owned = _client(client)
     try:
+        try:    # with no worker, the scatter below gave up after the client's timeout: "No valid workers found"
+            client.wait_for_workers(1, timeout=worker_timeout)
+        except TimeoutError as exc:
+            raise TimeoutError(f"no dask worker joined the scheduler at {client.scheduler.address} within "
+                               f"worker_timeout={worker_timeout} s: start workers on the cluster, or pass a "
+                               "larger worker_timeout= for one that is still starting") from exc
         if n_partitions is None:
             n_partitions = max(1, 2 * sum(client.nthreads().values()))
         chunk = max(1, -(-ragged.n_tokens // n_partitions))
