@@ -127,3 +127,11 @@ def test_dask_backend_refuses_a_bad_worker_timeout_by_name(worker_timeout):
     with pytest.raises(ValueError, match="worker_timeout must be a positive finite number of seconds"):
         cooccurrence([[0, 1]], 2, window=1, backend="dask", client="tcp://127.0.0.1:8786",
                      worker_timeout=worker_timeout)
+
+
+@pytest.mark.parametrize("kw", [{"n_jobs": 4}, {"n_jobs": 1}, {"chunk_tokens": 1000}])
+def test_local_options_with_backend_dask_are_refused(client, kw):
+    # they were ignored: each task ran with n_jobs=1 and n_partitions= alone set the groups
+    name = next(iter(kw))
+    with pytest.raises(ValueError, match=rf"{name}= is not used with backend='dask'; got {name}={kw[name]}"):
+        cooccurrence([[0, 1]], 2, window=1, backend="dask", client=client, **kw)

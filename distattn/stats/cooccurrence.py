@@ -38,6 +38,7 @@ from distattn.stats import _kernels
 WEIGHTINGS = ("none", "harmonic")
 OOV_MODES = ("drop", "gap")
 _MAX_EXACT_WINDOW = 22
+_CHUNK_TOKENS = 1 << 27
 
 
 def as_ragged(docs, vocab_size: int | None = None) -> tuple[RaggedIds, int, int]:
@@ -92,7 +93,7 @@ def harmonic_scale(window: int) -> int:
 
 def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weighting: str = "none",
                  symmetric: bool = True, per_offset: bool = False, oov: str = "drop",
-                 n_jobs: int | None = None, chunk_tokens: int = 1 << 27, backend: str = "numpy",
+                 n_jobs: int | None = None, chunk_tokens: int = _CHUNK_TOKENS, backend: str = "numpy",
                  client=None, n_partitions: int | None = None, worker_timeout: float = 60.0,
                  max_memory: int | None = None):
     """Co-occurrence counts within a window.
@@ -114,9 +115,11 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
         the window matrix.
     oov : {"drop", "gap"}
     n_jobs : int, optional
-        Threads (default: the number of CPUs).
+        Threads (default: the number of CPUs). Not with ``backend="dask"``, whose tasks each
+        run on one worker thread.
     chunk_tokens : int
-        Documents are processed in groups of about this many tokens, bounding memory.
+        Documents are processed in groups of about this many tokens, bounding memory. Not with
+        ``backend="dask"``, where ``n_partitions`` sets the groups.
     backend : {"numpy", "dask"}
         ``"dask"`` counts document groups on a ``dask.distributed`` cluster (``client``: a
         Client or a scheduler address; ``n_partitions`` groups, default two per worker thread)
@@ -143,6 +146,12 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
             "worker_timeout="    # they were ignored
         raise ValueError(f"{given} is only used with backend='dask'; got backend={backend!r}; "
                          "pass backend='dask' to count on the cluster")
+    if backend == "dask" and n_jobs is not None:       # it was ignored: each task ran with n_jobs=1
+        raise ValueError(f"n_jobs= is not used with backend='dask'; got n_jobs={n_jobs!r}: each task counts on "
+                         "one worker thread, and the cluster's worker threads set the parallelism")
+    if backend == "dask" and chunk_tokens != _CHUNK_TOKENS:     # it was ignored: n_partitions set the groups
+        raise ValueError(f"chunk_tokens= is not used with backend='dask'; got chunk_tokens={chunk_tokens!r}: "
+                         "pass n_partitions= to set how many groups the documents are split into")
     if n_partitions is not None and (isinstance(n_partitions, bool) or not isinstance(n_partitions, (int, np.integer))
                                      or n_partitions < 1):   # 0 raised ZeroDivisionError, -3 was taken as 1 token
         raise ValueError(f"n_partitions must be None or a positive integer, got {n_partitions!r}")
