@@ -39,6 +39,7 @@ WEIGHTINGS = ("none", "harmonic")
 OOV_MODES = ("drop", "gap")
 _MAX_EXACT_WINDOW = 22
 _CHUNK_TOKENS = 1 << 27
+_WORKER_TIMEOUT = 60.0
 
 
 def as_ragged(docs, vocab_size: int | None = None) -> tuple[RaggedIds, int, int]:
@@ -93,8 +94,8 @@ def harmonic_scale(window: int) -> int:
 
 def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weighting: str = "none",
                  symmetric: bool = True, per_offset: bool = False, oov: str = "drop",
-                 n_jobs: int | None = None, chunk_tokens: int = _CHUNK_TOKENS, backend: str = "numpy",
-                 client=None, n_partitions: int | None = None, worker_timeout: float = 60.0,
+                 n_jobs: int | None = None, chunk_tokens: int | None = None, backend: str = "numpy",
+                 client=None, n_partitions: int | None = None, worker_timeout: float | None = None,
                  max_memory: int | None = None):
     """Co-occurrence counts within a window.
 
@@ -117,16 +118,16 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
     n_jobs : int, optional
         Threads (default: the number of CPUs). Not with ``backend="dask"``, whose tasks each
         run on one worker thread.
-    chunk_tokens : int
-        Documents are processed in groups of about this many tokens, bounding memory. Not with
-        ``backend="dask"``, where ``n_partitions`` sets the groups.
+    chunk_tokens : int, optional
+        Documents are processed in groups of about this many tokens (default ``2**27``), bounding
+        memory. Not with ``backend="dask"``, where ``n_partitions`` sets the groups.
     backend : {"numpy", "dask"}
         ``"dask"`` counts document groups on a ``dask.distributed`` cluster (``client``: a
         Client or a scheduler address; ``n_partitions`` groups, default two per worker thread)
         and gives the identical matrix (up to rounding for ``window > 22``).
-    worker_timeout : float
+    worker_timeout : float, optional
         With ``backend="dask"``: seconds to wait for the cluster's first worker (one still
-        starting) before raising ``TimeoutError``.
+        starting) before raising ``TimeoutError`` (default 60).
     max_memory : int, optional
         Bytes allowed (default: :func:`distattn.memory.available_memory`); the estimate is
         checked before anything large is allocated.
@@ -141,7 +142,7 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
             raise ValueError(f"{name} must be True or False, got {flag!r}")
     if backend not in ("numpy", "dask"):
         raise ValueError(f"backend={backend!r} is not one of ('numpy', 'dask')")
-    if backend != "dask" and (client is not None or n_partitions is not None or worker_timeout != 60.0):
+    if backend != "dask" and (client is not None or n_partitions is not None or worker_timeout is not None):
         given = "client=" if client is not None else "n_partitions=" if n_partitions is not None else \
             "worker_timeout="    # they were ignored
         raise ValueError(f"{given} is only used with backend='dask'; got backend={backend!r}; "
@@ -149,12 +150,14 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
     if backend == "dask" and n_jobs is not None:       # it was ignored: each task ran with n_jobs=1
         raise ValueError(f"n_jobs= is not used with backend='dask'; got n_jobs={n_jobs!r}: each task counts on "
                          "one worker thread, and the cluster's worker threads set the parallelism")
-    if backend == "dask" and chunk_tokens != _CHUNK_TOKENS:     # it was ignored: n_partitions set the groups
+    if backend == "dask" and chunk_tokens is not None:     # it was ignored: n_partitions set the groups
         raise ValueError(f"chunk_tokens= is not used with backend='dask'; got chunk_tokens={chunk_tokens!r}: "
                          "pass n_partitions= to set how many groups the documents are split into")
     if n_partitions is not None and (isinstance(n_partitions, bool) or not isinstance(n_partitions, (int, np.integer))
                                      or n_partitions < 1):   # 0 raised ZeroDivisionError, -3 was taken as 1 token
         raise ValueError(f"n_partitions must be None or a positive integer, got {n_partitions!r}")
+    worker_timeout = _WORKER_TIMEOUT if worker_timeout is None else worker_timeout
+    chunk_tokens = _CHUNK_TOKENS if chunk_tokens is None else chunk_tokens
     if isinstance(worker_timeout, bool) or not isinstance(worker_timeout, (int, float, np.integer, np.floating)) \
             or not 0 < worker_timeout < math.inf:      # 0 meant no deadline in dask: wait forever
         raise ValueError(f"worker_timeout must be a positive finite number of seconds, got {worker_timeout!r}")
