@@ -11,7 +11,7 @@ distributed = require("dask.distributed")
 @pytest.fixture(scope="module")
 def client():
     from dask.distributed import Client, LocalCluster
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as c:
         yield c
 
@@ -104,7 +104,7 @@ def test_dask_backend_refuses_a_malformed_address_by_name(address):
 @pytest.fixture
 def workerless_client():
     from dask.distributed import Client, LocalCluster
-    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, Client(cluster) as c:
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster, Client(cluster) as c:
         yield c
 
 
