@@ -123,6 +123,14 @@ def test_dask_backend_waits_for_a_worker_that_is_still_starting(workerless_clien
     assert S.sum() == 4
 
 
+def test_dask_backend_starts_an_adaptive_cluster_scaled_to_zero(workerless_client):
+    # an adaptive cluster adds workers only for waiting tasks: wait_for_workers (and the scatter before it)
+    # left it at zero workers until worker_timeout ran out
+    workerless_client.cluster.adapt(minimum=0, maximum=1, interval="100ms")
+    S = cooccurrence([[0, 1, 2]], 3, window=1, backend="dask", client=workerless_client, worker_timeout=30)
+    assert S.sum() == 4
+
+
 @pytest.mark.parametrize("worker_timeout", [0, -1, float("nan"), float("inf"), "60", True])
 def test_dask_backend_refuses_a_bad_worker_timeout_by_name(worker_timeout):
     with pytest.raises(ValueError, match="worker_timeout must be a positive finite number of seconds"):

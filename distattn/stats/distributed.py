@@ -16,6 +16,16 @@ import numpy as np
 from distattn.corpus.ragged import RaggedIds
 
 
+def _check_address(address: str) -> None:
+    """dask's own ValueError for an address it cannot parse (an unknown scheme, no port, a bad port)."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import get_backend
+    scheme, loc = parse_address(address)
+    get_backend(scheme)
+    if scheme in ("tcp", "tls", "ws", "wss"):
+        parse_host_port(loc)
+
+
 def _client(client):
     try:
         from dask.distributed import Client
@@ -25,7 +35,8 @@ def _client(client):
         raise ValueError("backend='dask' needs client=: a dask.distributed.Client or a scheduler address "
                          "such as 'tcp://127.0.0.1:8786'")
     if isinstance(client, str):
-        try:
+        try:    # checked before Client() starts its IO loop thread, which a refused address has no use for
+            _check_address(client)
             return Client(client), True
         except ValueError as exc:    # dask's "invalid literal for int() with base 10: 'x'" named no option
             raise ValueError(f"client={client!r} is not a scheduler address ({exc}); pass an address such as "
@@ -57,12 +68,18 @@ def map_reduce_counts(ragged: RaggedIds, groups, spec: dict, client, n_partition
     from distattn.stats.cooccurrence import finalize, split_documents
     client, owned = _client(client)
     try:
-        try:    # with no worker, the scatter below gave up after the client's timeout: "No valid workers found"
-            client.wait_for_workers(1, timeout=worker_timeout)
+        # With no worker, the scatter below gave up after the client's timeout ("No valid workers
+        # found"). A probe task, unlike wait_for_workers, is work waiting on the scheduler, so an
+        # adaptive cluster scaled to zero starts a worker for it.
+        probe = client.submit(int, 0, pure=False)
+        try:
+            probe.result(timeout=worker_timeout)
         except TimeoutError as exc:
             raise TimeoutError(f"no dask worker joined the scheduler at {client.scheduler.address} within "
                                f"worker_timeout={worker_timeout} s: start workers on the cluster, or pass a "
                                "larger worker_timeout= for one that is still starting") from exc
+        finally:
+            probe.release()
         if n_partitions is None:
             n_partitions = max(1, 2 * sum(client.nthreads().values()))
         chunk = max(1, -(-ragged.n_tokens // n_partitions))
