@@ -107,6 +107,19 @@ def test_softmax_and_scaled_softmax():
         softmax_rows(x, temperature=0)
 
 
+def test_softmax_and_log_softmax_take_a_tiny_temperature_or_huge_scores():
+    """Both divided by the temperature before subtracting the max: x / τ overflowed to inf and
+    the rows came out all NaN (a subnormal τ, or finite scores near 1e307 with τ < 1)."""
+    x = np.array([[1.0, 3.0, 2.0], [1e307, -1e307, 0.0]])
+    np.testing.assert_array_equal(softmax_rows(x, temperature=1e-310), [[0, 1, 0], [1, 0, 0]])
+    e = np.exp([-20.0, 0.0, -10.0])
+    np.testing.assert_allclose(softmax_rows(x, temperature=0.1), [e / e.sum(), [1, 0, 0]], rtol=1e-12)
+    np.testing.assert_array_equal(log_softmax(x, temperature=1e-310), [[-np.inf, 0, -np.inf], [0, -np.inf, -np.inf]])
+    np.testing.assert_array_equal(log_softmax(x[1], temperature=0.1), [0, -np.inf, -1e307 / 0.1])
+    np.testing.assert_array_equal(log_softmax(x, temperature=0.5, axis=0)[:, 0], log_softmax(x[:, 0], temperature=0.5))
+    np.testing.assert_array_equal(log_softmax(np.zeros((2, 0))), np.zeros((2, 0)))
+
+
 def test_log_softmax_is_finite_for_huge_evidence():
     lp = log_softmax(np.array([2e4, 1e4, 0.0]), temperature=1.0)
     assert np.all(np.isfinite(lp)) and lp[0] == 0.0 and lp[1] == -1e4

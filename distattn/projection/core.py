@@ -182,11 +182,12 @@ def softmax_rows(scores, *, temperature: float = 1.0) -> np.ndarray:
         raise ValueError(f"scores must have shape (..., cols) with at least one column; got shape {x.shape}")
     if np.isnan(x).any() or np.isposinf(x).any():
         raise ValueError("scores contain NaN or +inf (-inf is allowed: it marks a masked entry)")
-    x = x / temperature
     top = x.max(axis=-1, keepdims=True)
     if np.isneginf(top).any():
         raise ValueError("a row of scores is all -inf: it has no softmax (mask fewer entries)")
-    x = x - top
+    with np.errstate(over="ignore"):    # (x - max) / τ may go to -inf: exp gives the 0 it stands for
+        x = x - top
+        x /= temperature    # after the shift: x / τ overflowed to inf (NaN rows) for a tiny τ or huge scores
     np.exp(x, out=x)
     x /= x.sum(axis=-1, keepdims=True)
     return x
@@ -334,9 +335,13 @@ def log_softmax(logits, *, temperature: float = 1.0, axis: int = -1) -> np.ndarr
     """``log softmax(logits / temperature)`` via log-sum-exp: finite for any finite logits
     (raw-count evidence of 1e4 and more does not overflow)."""
     temperature = _checks.positive_float(temperature, "temperature")
-    x = np.asarray(logits, dtype=np.float64) / temperature
+    x = np.asarray(logits, dtype=np.float64)
     if x.ndim < 1:          # a 0-d array once came back as shape (1,)
         raise ValueError(f"logits must have at least one axis, (..., vocab); got shape {x.shape}")
+    # shifted by the max before dividing: logits / τ overflowed to inf (NaN) for a tiny τ or huge logits
+    top = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+    with np.errstate(over="ignore"):
+        x = (x - np.where(np.isfinite(top), top, 0.0)) / temperature
     return x - logsumexp(x, axis=axis, keepdims=True)
 
 
