@@ -280,6 +280,33 @@ def test_attention_weights_with_no_known_position_is_all_zero(normalization):
     assert A.shape == (2, 2) and not A.any()
 # --------------------------------------------------------------------------- torch path (CPU here; CUDA if present)
 
+def test_torch_softmax_paths_take_a_tiny_temperature_or_huge_scores(S):
+    """torch_attention divided M by τ before torch.softmax: M / τ overflowed to inf, softmax gave
+    NaN and nan_to_num zeroed the rows (a silently empty e_global); torch_causal_scores' logits / τ
+    gave NaN log p. Subtracting the max first gives the limit, as the numpy path does."""
+    import torch
+    from distattn.projection import torch_global_evidence
+    from distattn.projection.torch_ops import torch_attention, torch_causal_scores
+    M = torch.tensor([[[1.0, 3.0, 2.0], [3.0, 1.0, 0.0], [2.0, 0.0, 1.0]]], dtype=torch.float64)
+    known = torch.tensor([[True, True, False]])
+    want = [[[0, 1, 0], [1, 0, 0], [0, 0, 0]]]
+    np.testing.assert_array_equal(torch_attention(M, known, "softmax", attention_temperature=1e-310).numpy(), want)
+    np.testing.assert_array_equal(torch_attention(M * 1e300, known, "softmax", attention_temperature=1e-10).numpy(),
+                                  want)
+    docs = [np.array([3, 7, 3, 9]), np.array([1, -1, 2])]
+    g = torch_global_evidence(docs, S, normalization="softmax", attention_temperature=1e-310, device="cpu",
+                              dtype=torch.float64)
+    np.testing.assert_allclose(g.numpy(), global_evidences(docs, S, normalization="softmax",
+                                                           attention_temperature=1e-310), rtol=1e-12)
+    assert g.numpy().sum(1).min() > 0
+    logp, rank = torch_causal_scores([np.array([3, 7, 3, 9, 7, 3])], S, temperature=1e-310, device="cpu",
+                                     dtype=torch.float64)
+    assert not np.isnan(logp[:5]).any() and np.isnan(logp[5])
+    assert S[3, 3] == 0 and logp[0] == -np.log(V)        # the first prefix's evidence is all zero: uniform at any τ
+    np.testing.assert_array_equal(logp[1:5] == 0, rank[1:5] == 0)
+    assert np.all((logp[1:5] == 0) | (logp[1:5] == -np.inf))
+
+
 @pytest.mark.parametrize("normalization", ["none", "row", "softmax"])
 def test_torch_path_matches_numpy(S, normalization):
     import torch

@@ -115,6 +115,25 @@ def test_symmetric_scorer_matches_the_library_with_reused_buffers_across_batches
         torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_torch_scoring_branch_takes_huge_evidence_at_a_small_temperature(device):
+    """The branch for an offset (or a GPU) divided the evidence by τ before log_softmax: float32
+    evidence near 1e30 over τ = 1e-10 overflowed to inf and every log p was NaN. Shifted by the
+    row max first, the target gets log p = 0 when it scores highest and a huge negative one (or
+    -inf) otherwise."""
+    V = 40
+    S = _random_csr(V, density=0.3, seed=2, symmetric=True)
+    S.data *= np.float32(1e30)
+    docs = _docs(V)
+    model = Symmetric(S, "row", vocab_size=V, device=torch.device(device), batch_positions=40)
+    model.offset = torch.zeros(V, device=device)         # the torch branch, on the CPU too
+    logp, rank = model.score_next_tokens(docs, temperature=1e-10)
+    scored = rank >= 0
+    assert scored.sum() > 100 and not np.isnan(logp[scored]).any()
+    np.testing.assert_array_equal(logp[scored] == 0, rank[scored] == 0)
+    assert np.all((logp[scored] == 0) | (logp[scored] < -1e30))
+
+
 def _check_scores(model, docs, V, want, want_rank):
     for caching in (False, True):
         with model.caching() if caching else contextlib.nullcontext():

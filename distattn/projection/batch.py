@@ -118,9 +118,10 @@ def masked_attention(M: np.ndarray, known: np.ndarray, normalization: str = "non
         return np.where(pair, M, 0.0)
     if normalization == "softmax":
         tau = _checks.positive_float(attention_temperature, "attention_temperature")
-        x = np.where(pair, M / tau, -np.inf)
+        x = np.where(pair, M, -np.inf)
         top = np.max(x, axis=-1, keepdims=True)
-        x = np.where(pair, np.exp(np.where(pair, x - np.where(np.isfinite(top), top, 0.0), 0.0)), 0.0)
+        with np.errstate(over="ignore"):    # the max first: M / τ overflowed to inf (NaN rows) for a tiny τ or huge M
+            x = np.where(pair, np.exp(np.where(pair, (x - np.where(np.isfinite(top), top, 0.0)) / tau, 0.0)), 0.0)
         sums = x.sum(axis=-1, keepdims=True)
         return x / np.where(sums == 0, 1.0, sums)
     W = np.where(pair, M, 0.0)

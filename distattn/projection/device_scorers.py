@@ -167,7 +167,7 @@ class CausalProjection:
             if self.offset is None and x.device.type == "cpu":     # one fused pass, no (n, V) temporaries
                 logp[flat], rank[flat] = _score_block(x.numpy(), tgt.numpy(), 1.0 / temperature, None, 0.0)
                 continue
-            z = x / temperature
+            z = (x - x.amax(1, keepdim=True)) / temperature   # the max first: x / τ overflowed to inf (NaN log p)
             if self.offset is not None:          # product of experts: e_t / τ + log p_unigram
                 z = z + self.offset
             if self.offset is not None or rk is None:

@@ -181,8 +181,11 @@ def torch_attention(M: torch.Tensor, known: torch.Tensor, normalization: str = "
         return M * pair
     if normalization == "softmax":
         tau = _checks.positive_float(attention_temperature, "attention_temperature")
-        x = (M / tau).masked_fill(~pair, float("-inf"))
-        A = torch.softmax(x, dim=-1)
+        x = M.masked_fill(~pair, float("-inf"))
+        if x.shape[-1]:     # the max first: M / τ overflowed to inf for a tiny τ or huge M, and nan_to_num zeroed the row
+            top = x.amax(-1, keepdim=True)
+            x = x - torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        A = torch.softmax(x / tau, dim=-1)
         return torch.nan_to_num(A, nan=0.0) * pair
     W = M * pair
     if W.numel() and W.min() < 0:
@@ -315,6 +318,7 @@ def torch_causal_scores(documents, cooc, *, normalization: str = "none", zero_ro
         C = torch_causal_weights(M, normalization, zero_rows=zero_rows,
                                  attention_temperature=attention_temperature)
         logits = torch.bmm(C, csr.dense_rows(ids))
+        logits -= logits.amax(-1, keepdim=True)     # before dividing: logits / τ overflowed to inf (NaN log p)
         logits /= (torch.arange(1, L + 1, device=dev, dtype=dtype) * temperature)[None, :, None]
         # prediction of compressed token j uses the prefix row j-1; j = 0 uses an empty prefix
         logits = torch.cat([torch.zeros(len(sel), 1, V, device=dev, dtype=dtype), logits[:, :-1]], 1)
