@@ -381,6 +381,25 @@ def test_causal_weights_and_batch_evidence_check_their_shapes_and_sizes():
         global_evidences([np.array([0, 1])], np.eye(3), chunk_pairs=-5)
 
 
+def test_causal_softmax_weights_take_a_tiny_temperature_or_huge_scores():
+    """causal_weights and torch_causal_weights divided M by τ before the prefix log-sum-exp: M / τ
+    overflowed to inf and the weights came out NaN. Each prefix's softmax is now the limit."""
+    import torch
+    from distattn.projection.causal import causal_weights
+    from distattn.projection.torch_ops import torch_causal_weights
+    want = [[1, 0], [1, 1]]        # prefix 0: the one weight; prefix 1: row 0 -> column 1, row 1 -> column 0
+    for M, tau in ((np.array([[1.0, 2.0], [2.0, 1.0]]), 1e-310), (np.array([[1e308, 1.7e308], [1.7e308, 0.0]]), 0.5)):
+        np.testing.assert_array_equal(causal_weights(M, "softmax", attention_temperature=tau), want)
+        got = torch_causal_weights(torch.as_tensor(M)[None], "softmax", attention_temperature=tau)
+        np.testing.assert_array_equal(got[0].numpy(), want)
+    M = np.random.default_rng(0).normal(size=(5, 5)) * 3        # ordinary scores: the prefix softmaxes
+    C = causal_weights(M, "softmax", attention_temperature=0.7)
+    for t in range(5):
+        np.testing.assert_allclose(C[t, :t + 1], softmax_rows(M[:t + 1, :t + 1], temperature=0.7).sum(0), rtol=1e-12)
+    np.testing.assert_allclose(torch_causal_weights(torch.as_tensor(M)[None], "softmax",
+                                                    attention_temperature=0.7)[0].numpy(), C, rtol=1e-12)
+
+
 def test_attention_from_scores_refuses_nan_instead_of_returning_it():
     """softmax_rows, attention_weights, causal_weights and masked_attention once passed NaN
     scores through (a NaN attention, or NaN evidence downstream) without a word."""

@@ -80,14 +80,18 @@ def causal_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: str
             C += zero
         return np.where(lower, C, 0.0)
     tau = _checks.positive_float(attention_temperature, "attention_temperature")
-    X = M / tau
-    log_z = np.logaddexp.accumulate(X, axis=1).T      # [t, r] = log Σ_{s≤t} exp(X[r, s])
+    # each prefix's row max is subtracted before dividing by τ: M / τ overflowed to inf (NaN weights)
+    # for a tiny τ or huge M
+    top = np.maximum.accumulate(M, axis=1).T          # [t, r] = max_{s≤t} M[r, s]
     C = np.zeros((R, R))
     block = max(1, (1 << 22) // max(R * R, 1))
     for start in range(0, R, block):                  # loop over blocks of prefixes, not tokens
         t = np.arange(start, min(R, start + block))
-        A = np.exp(np.minimum(X[None, :, :] - log_z[t][:, :, None], 0.0))   # (t, r, s)
-        A *= (np.arange(R)[None, :, None] <= t[:, None, None]) & (np.arange(R)[None, None, :] <= t[:, None, None])
+        with np.errstate(over="ignore"):
+            A = np.exp(np.where(np.arange(R)[None, None, :] <= t[:, None, None],
+                                (M[None, :, :] - top[t][:, :, None]) / tau, -np.inf))   # (t, r, s)
+        A /= A.sum(axis=2, keepdims=True)
+        A *= np.arange(R)[None, :, None] <= t[:, None, None]
         C[t] = A.sum(axis=1)
     return C
 

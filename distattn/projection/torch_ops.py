@@ -267,12 +267,12 @@ def torch_causal_weights(M: torch.Tensor, normalization: str = "none", *,
         elif zero_rows == "self":
             C = C + zero.to(C.dtype)
         return C * lower
-    X = M / _checks.positive_float(attention_temperature, "attention_temperature")
-    log_z = torch.logcumsumexp(X, 2).transpose(1, 2)                    # [t, r]
+    tau = _checks.positive_float(attention_temperature, "attention_temperature")
     C = torch.zeros_like(M)
     for t in range(L):                                                  # prefixes, O(L) small kernels
-        A = torch.exp((X[:, :t + 1, :t + 1] - log_z[:, t, :t + 1, None]).clamp(max=0))
-        C[:, t, :t + 1] = A.sum(1)
+        X = M[:, :t + 1, :t + 1]
+        # the prefix's row max first: M / τ overflowed to inf (NaN weights) for a tiny τ or huge M
+        C[:, t, :t + 1] = torch.softmax((X - X.amax(-1, keepdim=True)) / tau, -1).sum(1)
     return C
 
 
