@@ -230,6 +230,16 @@ def test_factor_shapes_are_checked():
         directional_context_matrix([0, 1], np.ones((3, 2)), np.full((3, 2), np.nan))
 
 
+def test_scores_that_overflow_the_directional_product_are_refused_by_name():
+    """Finite factors whose products overflow float64 once gave an inf M_dir (NaN attention or
+    evidence downstream) with only a RuntimeWarning; multihead_evidence blamed 'M'."""
+    W = np.full((3, 2), 1e155)
+    for make in (lambda: directional_context_matrix([0, 1], W, W),
+                 lambda: multihead_evidence([0, 1], [Head(W, W)], normalization="softmax")):
+        with pytest.raises(ValueError, match=r"M_dir = W_Q\[ids\] W_K\[ids\]ᵀ overflows float64"):
+            make()
+
+
 # --------------------------------------------------------------------------- multi-head
 
 @pytest.fixture(scope="module")

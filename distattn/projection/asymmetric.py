@@ -106,7 +106,12 @@ def directional_context_matrix(token_ids, query_factor, key_factor, *, unk_id: i
     known = (ids >= 0)[:, None]
     q = np.where(known, W_Q[np.maximum(ids, 0)], 0.0)
     k = np.where(known, W_K[np.maximum(ids, 0)], 0.0)
-    return q @ k.T
+    with np.errstate(over="ignore", invalid="ignore"):
+        M = q @ k.T
+    if not np.all(np.isfinite(M)):     # finite factors, but their products overflow: once returned as inf
+        raise ValueError("M_dir = W_Q[ids] W_K[ids]ᵀ overflows float64 (scores beyond ~1.8e308); scale "
+                         "query_factor and key_factor down")
+    return M
 
 
 def factored_svd(left, right) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
