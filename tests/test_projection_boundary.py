@@ -98,3 +98,38 @@ def test_attention_weights_none_returns_a_copy_not_the_callers_matrix():
     np.testing.assert_array_equal(A, M)
     A[0, 0] = 100.0
     assert M[0, 0] == 0.0
+
+
+def test_complex_inputs_are_refused_by_name():
+    """A complex S, P, W_Q, W_K (or scores) lost its imaginary part with only numpy's
+    ComplexWarning, and the projection went on with the real part."""
+    import torch
+
+    from distattn.projection import CorpusPositional, masked_attention, positional_context_matrix, row_normalize
+    from distattn.projection import softmax_rows
+    from distattn.projection.device_scorers import Asymmetric, Symmetric
+    Sc = S + 1j * np.eye(4)
+    W = np.ones((4, 2))
+    P = np.ones((2, 4)) / 4
+    calls = [
+        ("cooc", lambda: context_matrix([0, 1], Sc)),
+        ("cooc", lambda: vocabulary_evidence([0, 1], sp.csr_array(Sc))),
+        ("S", lambda: Symmetric(Sc, "none", 4, "cpu")),
+        ("W_K", lambda: Asymmetric(W, W * 1j, 4, "cpu")),
+        ("query_factor", lambda: directional_context_matrix([0, 1], W * 1j, W)),
+        ("key_factor", lambda: Head(W, torch.as_tensor(W * (1 + 1j)))),
+        ("left", lambda: factored_svd((W * 1j).tolist(), W)),
+        ("right", lambda: factored_svd(W.tolist(), W * 1j)),
+        ("position_matrix", lambda: positional_context_matrix([0, 1], S, P * 1j)),
+        ("distributions", lambda: CorpusPositional(S, sp.csr_array(P * 1j))),
+        ("M", lambda: attention_weights(Sc, "row")),
+        ("M", lambda: causal_weights(Sc)),
+        ("M", lambda: masked_attention(Sc[None], np.ones((1, 4), bool))),
+        ("weights", lambda: global_evidence([0, 1], S, weights=np.eye(2) * 1j)),
+        ("weights", lambda: row_normalize(Sc)),
+        ("scores", lambda: softmax_rows([[1j, 0.0]])),
+        ("head_matrices", lambda: combine_heads(Sc[None])),
+    ]
+    for name, call in calls:
+        with pytest.raises(ValueError, match=rf"^{name} must be real; got complex values"):
+            call()

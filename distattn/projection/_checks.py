@@ -18,12 +18,27 @@ OOV = -1
 """Id that marks an out-of-vocabulary token after :func:`token_ids` / :func:`documents`."""
 
 
+def real(values, name: str) -> None:
+    """Refuse complex values (numpy, scipy sparse, torch or nested lists): the float64 conversion
+    would drop their imaginary part with only numpy's ComplexWarning."""
+    dtype = getattr(values, "dtype", None)
+    if dtype is None:
+        try:
+            dtype = np.asarray(values).dtype
+        except (TypeError, ValueError):
+            return                      # not an array of numbers: the conversion that follows says so
+    if getattr(dtype, "is_complex", False) or (isinstance(dtype, np.dtype) and dtype.kind == "c"):
+        raise ValueError(f"{name} must be real; got complex values (dtype {dtype}), whose imaginary part "
+                         f"would be dropped")
+
+
 def cooc_matrix(cooc, vocab_size: int | None = None, name: str = "cooc") -> sp.csr_array:
     """``cooc`` as a square float64 ``csr_array`` with summed duplicates and sorted indices.
 
     Accepts any scipy sparse matrix/array or array-like. Never modifies the input; a
     ``csr_array`` that is already float64, canonical and int32-indexed is returned as is.
     """
+    real(cooc, name)
     if (isinstance(cooc, sp.csr_array) and cooc.dtype == np.float64 and cooc.has_canonical_format
             and cooc.indices.dtype == np.int32 and cooc.ndim == 2):
         S = cooc  # already canonical: no copy, the hot path calls this for every sequence
@@ -63,9 +78,11 @@ def finite(values, name: str) -> None:
         raise ValueError(f"{name} must be finite; it holds NaN or inf")
 
 
-def float_array(values) -> np.ndarray:
+def float_array(values, name: str = "values") -> np.ndarray:
     """``values`` as a float64 ndarray; a scipy sparse matrix or array is densified (``np.asarray``
-    would wrap it in a 0-d object array: numpy's 'setting an array element with a sequence')."""
+    would wrap it in a 0-d object array: numpy's 'setting an array element with a sequence').
+    Complex values are refused by ``name``."""
+    real(values, name)
     if sp.issparse(values):
         return values.toarray().astype(np.float64, copy=False)
     return np.asarray(values, dtype=np.float64)

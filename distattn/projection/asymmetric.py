@@ -76,8 +76,8 @@ def directional_factors(directional, rank: int, *, algorithm: str = "arpack",
 
 def check_factors(query_factor, key_factor, vocab_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Validate ``(W_Q, W_K)``: 2-D, finite, same shape (vocab_size, d_k)."""
-    W_Q = _checks.float_array(query_factor)
-    W_K = _checks.float_array(key_factor)
+    W_Q = _checks.float_array(query_factor, "query_factor")
+    W_K = _checks.float_array(key_factor, "key_factor")
     if W_Q.ndim != 2 or W_K.ndim != 2 or W_Q.shape != W_K.shape:
         raise ValueError(f"query_factor and key_factor must both have shape (vocab_size, d_k); "
                          f"got {W_Q.shape} and {W_K.shape}")
@@ -129,8 +129,8 @@ def factored_svd(left, right) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     u (m, k), s (k,), vt (k, n) with ``u @ diag(s) @ vt == left @ right.T``, k = min(m, n, d);
     s descending.
     """
-    A = _checks.float_array(left)
-    B = _checks.float_array(right)
+    A = _checks.float_array(left, "left")
+    B = _checks.float_array(right, "right")
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[1]:
         raise ValueError(f"left and right must be 2-D with the same number of columns; got {A.shape}, {B.shape}")
     _checks.finite(A, "left")                            # else LAPACK's LinAlgError

@@ -104,7 +104,7 @@ def masked_attention(M: np.ndarray, known: np.ndarray, normalization: str = "non
     """
     _checks.choice(normalization, "normalization", NORMALIZATIONS)
     _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)
-    M = np.asarray(M, dtype=np.float64)
+    M = _checks.float_array(M, "M")
     known = np.asarray(known)
     if M.ndim != 3 or M.shape[1] != M.shape[2]:
         raise ValueError(f"M must have shape (n_docs, length, length); got {M.shape}")

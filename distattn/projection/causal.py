@@ -59,7 +59,7 @@ def causal_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: str
     """
     _checks.choice(normalization, "normalization", NORMALIZATIONS)
     _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)
-    M = _checks.float_array(M)
+    M = _checks.float_array(M, "M")
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ValueError(f"M must be square (length, length); got shape {M.shape}")
     _checks.finite(M, "M")

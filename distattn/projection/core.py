@@ -138,6 +138,7 @@ def row_normalize(weights, *, zero_rows: str = "uniform") -> np.ndarray:
         :func:`softmax_rows`), non-finite entries, or an unknown ``zero_rows``.
     """
     _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)
+    _checks.real(weights, "weights")
     if sp.issparse(weights):      # the result is dense: e.g. a whole vocab x vocab S would be
         check_memory(16.0 * np.prod(weights.shape), f"row_normalize of a sparse {weights.shape} matrix (dense result)")
     W = weights.toarray() if sp.issparse(weights) else np.array(weights, dtype=np.float64)
@@ -175,6 +176,7 @@ def softmax_rows(scores, *, temperature: float = 1.0) -> np.ndarray:
     ndarray of float64, same shape; each row sums to 1.
     """
     temperature = _checks.positive_float(temperature, "temperature")
+    _checks.real(scores, "scores")
     if sp.issparse(scores):
         check_memory(16.0 * np.prod(scores.shape), f"softmax_rows of a sparse {scores.shape} matrix (dense result)")
     x = scores.toarray().astype(np.float64, copy=False) if sp.issparse(scores) else np.asarray(scores, dtype=np.float64)
@@ -212,7 +214,7 @@ def attention_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: 
     """
     _checks.choice(normalization, "normalization", NORMALIZATIONS)
     _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)    # unused unless "row", but a typo is still one
-    M = _checks.float_array(M)
+    M = _checks.float_array(M, "M")
     if M.ndim != 2 or M.shape[0] != M.shape[1]:
         raise ValueError(f"M must be square (length, length); got shape {M.shape}")
     _checks.finite(M, "M")
@@ -267,6 +269,7 @@ def _attention_for(S, ids, normalization, zero_rows, attention_temperature, weig
                                  attention_temperature=attention_temperature, known=known)
     _checks.choice(normalization, "normalization", NORMALIZATIONS)   # unused with weights, but a typo is still one
     _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)
+    _checks.real(weights, "weights")
     A = weights if sp.issparse(weights) else np.asarray(weights, dtype=np.float64)
     if A.shape != (ids.size, ids.size):
         raise ValueError(f"weights must have shape (length, length) = {(ids.size, ids.size)}; got {A.shape}")

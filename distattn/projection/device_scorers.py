@@ -219,6 +219,7 @@ class Positional(CausalProjection):
         super().__init__(vocab_size, device, **kw)
         S = _matrix(S, vocab_size)
         self.csr = _torch_csr(S, device)
+        _checks.real(pi, "distributions")
         pi = sp.csr_array(pi, dtype=np.float64)           # sparse or array-like, as CorpusPositional takes it
         if pi.ndim != 2 or pi.shape[1] != vocab_size:
             raise ValueError(f"distributions must have shape (max_length, vocab_size={vocab_size}); got {pi.shape}")
@@ -272,6 +273,8 @@ class Asymmetric(CausalProjection):
             # a mismatch surfaced later as a torch shape or index error inside the scoring
             raise ValueError(f"W_Q and W_K must both have shape (vocab_size={vocab_size}, r); got {shapes[0]} "
                              f"and {shapes[1]}")
+        _checks.real(W_Q, "W_Q")
+        _checks.real(W_K, "W_K")
         self.WQ = torch.as_tensor(W_Q, dtype=torch.float32, device=device)
         self.WK = torch.as_tensor(W_K, dtype=torch.float32, device=device)
         for name, W in (("W_Q", self.WQ), ("W_K", self.WK)):

@@ -165,7 +165,7 @@ def combine_heads(head_matrices, method: str = "sum", *, zero_rows: str = "unifo
     """
     _checks.choice(method, "method", HEAD_COMBINATIONS)
     _checks.choice(zero_rows, "zero_rows", ZERO_ROW_POLICIES)
-    Ms = np.asarray(head_matrices, dtype=np.float64)
+    Ms = _checks.float_array(head_matrices, "head_matrices")
     if Ms.ndim != 3 or Ms.shape[0] == 0 or Ms.shape[1] != Ms.shape[2]:
         raise ValueError(f"head_matrices must have shape (n_heads, length, length) with n_heads >= 1; got {Ms.shape}")
     _checks.finite(Ms, "head_matrices")

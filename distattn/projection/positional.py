@@ -87,6 +87,7 @@ def corpus_position_matrix(distributions, length: int, *, scale: float = 1.0) ->
     scale = _checks.positive_float(scale, "scale")
     if not sp.issparse(distributions) and np.ndim(distributions) != 2:   # 0-d: scipy's "missing argument 'shape'"
         raise ValueError(f"distributions must be 2-D (max_length, vocab_size); got shape {np.shape(distributions)}")
+    _checks.real(distributions, "distributions")
     pi = sp.csr_array(distributions, dtype=np.float64)
     if pi.ndim != 2:
         raise ValueError(f"distributions must be 2-D (max_length, vocab_size); got shape {pi.shape}")
@@ -138,7 +139,7 @@ def sinusoidal_position_matrix(length: int, basis, *, scale: float = 1.0, base: 
     -------
     ndarray of float64, shape (length, vocab_size) (dense; size checked first)
     """
-    U = _checks.float_array(basis)
+    U = _checks.float_array(basis, "basis")
     if U.ndim != 2:
         raise ValueError(f"basis must be 2-D (vocab_size, dim); got shape {U.shape}")
     _checks.finite(U, "basis")
@@ -197,6 +198,7 @@ def positional_context_matrix(token_ids, cooc, position_matrix, *, unk_id: int |
     """
     S = _checks.cooc_matrix(cooc)
     ids = _checks.token_ids(token_ids, S.shape[0], unk_id=unk_id)
+    _checks.real(position_matrix, "position_matrix")
     P = position_matrix if sp.issparse(position_matrix) else np.asarray(position_matrix, dtype=np.float64)
     if P.ndim != 2 or P.shape != (ids.size, S.shape[0]):
         raise ValueError(f"position_matrix must have shape (length, vocab_size) = {(ids.size, S.shape[0])}; "
@@ -235,6 +237,7 @@ class CorpusPositional:
 
     def __init__(self, cooc, distributions, *, scale: float = 1.0):
         S = _checks.cooc_matrix(cooc)
+        _checks.real(distributions, "distributions")
         pi = sp.csr_array(distributions, dtype=np.float64)
         if pi.ndim != 2 or pi.shape[1] != S.shape[0]:
             raise ValueError(f"distributions must have shape (max_length, vocab_size={S.shape[0]}); got {pi.shape}")
