@@ -347,6 +347,19 @@ def test_multihead_errors(sym_S):
         multihead_context_matrices([0], [Head(np.ones((3, 1)), np.ones((3, 1))), Head(np.ones((4, 1)), np.ones((4, 1)))])
 
 
+
+def test_a_single_head_where_a_list_is_expected_says_so(sym_S):
+    """multihead_evidence(ids, head) once failed with "'Head' object is not iterable"."""
+    from distattn.projection.device_scorers import MultiHead
+    head = svd_heads(sym_S, 1, 2)[0]
+    for call in (lambda h: multihead_evidence([0, 1, 2], h), lambda h: multihead_context_matrices([0, 1, 2], h),
+                 lambda h: MultiHead(h, "none", 30, "cpu")):
+        with pytest.raises(TypeError, match=r"heads must be a list of Head objects .*got a single Head: pass \[head\]"):
+            call(head)
+        with pytest.raises(TypeError, match=r"heads must be a list of Head objects .*got int"):
+            call(3)
+    np.testing.assert_array_equal(multihead_evidence([0, 1, 2], [head]), multihead_evidence([0, 1, 2], (head,)))
+
 # --------------------------------------------------------------------------- cross-attention
 
 def test_cross_projection(sym_S):

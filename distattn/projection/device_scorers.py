@@ -301,7 +301,10 @@ class MultiHead(CausalProjection):
 
     def __init__(self, heads, normalization, vocab_size, device, attention_temperature=1.0, **kw):
         import torch
+
+        from distattn.projection.multihead import _check_heads
         super().__init__(vocab_size, device, **kw)
+        heads = _check_heads(heads)
         self.heads = [(torch.as_tensor(h.query, dtype=torch.float32, device=device),
                        torch.as_tensor(h.key, dtype=torch.float32, device=device)) for h in heads]
         self.keys = torch.cat([b for _, b in self.heads], 1)

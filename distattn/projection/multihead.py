@@ -27,6 +27,7 @@ sums the heads: ``E = Σ_i Attn⁽ⁱ⁾ (Q S⁽ⁱ⁾)``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,6 +135,9 @@ def nmf_heads(cooc, n_heads: int, head_rank: int, *, random_state=0, max_iter: i
 
 
 def _check_heads(heads) -> list[Head]:
+    if isinstance(heads, Head) or not isinstance(heads, Iterable):    # else "'Head' object is not iterable"
+        raise TypeError(f"heads must be a list of Head objects (see svd_heads / nmf_heads); got "
+                        f"{'a single Head: pass [head]' if isinstance(heads, Head) else type(heads).__name__}")
     heads = list(heads)
     if not heads or not all(isinstance(h, Head) for h in heads):
         raise ValueError("heads must be a non-empty sequence of Head objects (see svd_heads / nmf_heads)")
