@@ -348,6 +348,27 @@ def test_multihead_errors(sym_S):
 
 
 
+def test_row_normalisation_of_signed_scores_points_at_an_option_of_the_caller(sym_S):
+    """multihead_evidence (and vocabulary_evidence) with normalization='row' on signed scores
+    passed on row_normalize's hint, 'Use softmax_rows for signed scores': a function the caller
+    never called; the option that works is normalization='softmax'."""
+    ids = [0, 1, 2, 5, 7]
+    heads = svd_heads(sym_S, 3, 2)
+    with pytest.raises(ValueError, match=r"normalization='row' needs non-negative heads \(e.g. nmf_heads\); head \d's "
+                                         r"scores reach .*Use normalization='softmax' or 'none' for signed heads"):
+        multihead_evidence(ids, heads, normalization="row")
+    multihead_evidence(ids, heads, normalization="softmax")                  # the hint's option works
+    from distattn.projection import attention_weights, global_evidence
+    signed = sym_S - 0.5
+    for call in (lambda: vocabulary_evidence(ids, signed, normalization="row"),
+                 lambda: global_evidence(ids, signed, normalization="row"),
+                 lambda: attention_weights(signed[:3, :3], "row")):
+        with pytest.raises(ValueError, match=r"normalization='row' needs non-negative weights; the minimum is .*"
+                                             r"Use normalization='softmax' for signed scores"):
+            call()
+    vocabulary_evidence(ids, signed, normalization="softmax")
+
+
 def test_a_single_head_where_a_list_is_expected_says_so(sym_S):
     """multihead_evidence(ids, head) once failed with "'Head' object is not iterable"."""
     from distattn.projection.device_scorers import MultiHead

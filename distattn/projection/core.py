@@ -227,6 +227,9 @@ def attention_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: 
         return M.copy() if known is None else M * (known[:, None] & known[None, :])
     if known is None:
         if normalization == "row":
+            if M.size and M.min() < 0:      # row_normalize's own hint, softmax_rows, is no option of this caller
+                raise ValueError(f"normalization='row' needs non-negative weights; the minimum is {M.min()!r}. "
+                                 f"Use normalization='softmax' for signed scores")
             return row_normalize(M, zero_rows=zero_rows)
         return softmax_rows(M, temperature=attention_temperature)
     idx = np.flatnonzero(known)

@@ -210,8 +210,12 @@ def multihead_evidence(token_ids, heads, *, normalization: str = "none", zero_ro
     ids = _checks.token_ids(token_ids, heads[0].vocab_size, unk_id=unk_id)
     known = ids >= 0
     E = np.zeros((ids.size, heads[0].vocab_size))
-    for head in heads:  # a loop over heads, not tokens
-        A = attention_weights(head.context_matrix(ids), normalization, zero_rows=zero_rows,
+    for i, head in enumerate(heads):  # a loop over heads, not tokens
+        M = head.context_matrix(ids)
+        if normalization == "row" and M.min() < 0:
+            raise ValueError(f"normalization='row' needs non-negative heads (e.g. nmf_heads); head {i}'s scores "
+                             f"reach {M.min()!r}. Use normalization='softmax' or 'none' for signed heads (svd_heads)")
+        A = attention_weights(M, normalization, zero_rows=zero_rows,
                               attention_temperature=attention_temperature, known=known)
         E += A @ head.profiles(ids)
     return E
