@@ -133,3 +133,13 @@ def test_complex_inputs_are_refused_by_name():
     for name, call in calls:
         with pytest.raises(ValueError, match=rf"^{name} must be real; got complex values"):
             call()
+
+
+def test_negative_weight_messages_show_the_minimum_as_a_plain_number():
+    # numpy 2's repr made it "the minimum is np.float64(-2.0)"
+    from distattn.projection import attention_weights, causal_weights, row_normalize
+    M = np.array([[1.0, -2.0], [3.0, 4.0]])
+    for call in (lambda: row_normalize(M), lambda: attention_weights(M, "row"),
+                 lambda: causal_weights(M, "row")):
+        with pytest.raises(ValueError, match=r"the minimum is -2\.0\b"):
+            call()

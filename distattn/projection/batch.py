@@ -126,7 +126,7 @@ def masked_attention(M: np.ndarray, known: np.ndarray, normalization: str = "non
         return x / np.where(sums == 0, 1.0, sums)
     W = np.where(pair, M, 0.0)
     if W.size and W.min() < 0:
-        raise ValueError(f"normalization='row' needs non-negative weights; the minimum is {W.min()!r}")
+        raise ValueError(f"normalization='row' needs non-negative weights; the minimum is {float(W.min())}")
     sums = W.sum(axis=-1, keepdims=True)
     A = W / np.where(sums == 0, 1.0, sums)
     zero = (sums[..., 0] == 0) & known

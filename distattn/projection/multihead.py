@@ -121,7 +121,7 @@ def nmf_heads(cooc, n_heads: int, head_rank: int, *, random_state=0, max_iter: i
     n_heads = _checks.positive_int(n_heads, "n_heads")
     head_rank = _checks.positive_int(head_rank, "head_rank")
     if S.data.size and S.data.min() < 0:
-        raise ValueError(f"nmf_heads needs a non-negative S (e.g. PPMI); the minimum entry is {S.data.min()!r}")
+        raise ValueError(f"nmf_heads needs a non-negative S (e.g. PPMI); the minimum entry is {float(S.data.min())}")
     k = n_heads * head_rank
     if k > S.shape[0]:
         raise ValueError(f"n_heads * head_rank = {k} exceeds vocab_size = {S.shape[0]}")
@@ -180,7 +180,7 @@ def combine_heads(head_matrices, method: str = "sum", *, zero_rows: str = "unifo
     if method == "mean_row":
         if Ms.min() < -1e-12 * max(1.0, np.abs(Ms).max()):
             raise ValueError(f"method='mean_row' needs non-negative heads (e.g. nmf_heads); the minimum is "
-                             f"{Ms.min()!r}. Use 'mean_softmax' or 'sum'")
+                             f"{float(Ms.min())}. Use 'mean_softmax' or 'sum'")
         if known is None:
             return row_normalize(np.maximum(Ms, 0.0), zero_rows=zero_rows).mean(axis=0)
         return np.mean([attention_weights(np.maximum(M, 0.0), "row", zero_rows=zero_rows, known=known)
@@ -214,7 +214,7 @@ def multihead_evidence(token_ids, heads, *, normalization: str = "none", zero_ro
         M = head.context_matrix(ids)
         if normalization == "row" and M.min() < 0:
             raise ValueError(f"normalization='row' needs non-negative heads (e.g. nmf_heads); head {i}'s scores "
-                             f"reach {M.min()!r}. Use normalization='softmax' or 'none' for signed heads (svd_heads)")
+                             f"reach {float(M.min())}. Use normalization='softmax' or 'none' for signed heads (svd_heads)")
         A = attention_weights(M, normalization, zero_rows=zero_rows,
                               attention_temperature=attention_temperature, known=known)
         E += A @ head.profiles(ids)
