@@ -120,6 +120,18 @@ def test_softmax_and_log_softmax_take_a_tiny_temperature_or_huge_scores():
     np.testing.assert_array_equal(log_softmax(np.zeros((2, 0))), np.zeros((2, 0)))
 
 
+def test_predictor_log_proba_takes_a_tiny_temperature():
+    # predict_log_proba divided e_global by τ before log-sum-exp: NaN rows at τ = 1e-310
+    from distattn.corpus.paper import load_paper_corpus
+    paper = load_paper_corpus()
+    docs = [paper.encode("river_bank_flooded"), paper.encode("bank_loan")]
+    e = ProjectionPredictor(normalization="row").fit(paper.cooc).transform(docs)
+    lp = ProjectionPredictor(normalization="row", temperature=1e-310).fit(paper.cooc).predict_log_proba(docs)
+    want = np.where(e == e.max(axis=1, keepdims=True), 0.0, -np.inf)
+    assert (want == 0).sum() == 2        # one top word each, so the limit is one-hot
+    np.testing.assert_array_equal(lp, want)
+
+
 def test_log_softmax_is_finite_for_huge_evidence():
     lp = log_softmax(np.array([2e4, 1e4, 0.0]), temperature=1.0)
     assert np.all(np.isfinite(lp)) and lp[0] == 0.0 and lp[1] == -1e4

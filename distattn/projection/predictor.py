@@ -16,7 +16,6 @@ next-token distributions (``predict_proba``), and the causal next-token interfac
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
@@ -24,7 +23,7 @@ from distattn.projection import _checks
 from distattn.projection.batch import global_evidences
 from distattn.projection.causal import _causal_scores, causal_logits, causal_plan, causal_weights
 from distattn.projection.core import (NORMALIZATIONS, ZERO_ROW_POLICIES, _gather, _global_evidence, _profiles,
-                                      attention_weights)
+                                      attention_weights, log_softmax)
 
 __all__ = ["ProjectionPredictor"]
 
@@ -148,8 +147,8 @@ class ProjectionPredictor(BaseEstimator):
         """log softmax(e_global / temperature) of every document, shape (n_docs, vocab_size).
 
         A document without an in-vocabulary token gets the uniform distribution."""
-        x = self.transform(documents) / self.temperature
-        return x - logsumexp(x, axis=1, keepdims=True)
+        # log_softmax shifts by the row max before dividing: e / τ overflowed to inf (NaN) for a tiny τ
+        return log_softmax(self.transform(documents), temperature=self.temperature, axis=1)
 
     def predict_proba(self, documents) -> np.ndarray:
         """softmax(e_global / temperature), shape (n_docs, vocab_size); rows sum to 1."""
