@@ -244,6 +244,17 @@ def test_the_asymmetric_scorer_checks_its_factors_at_the_boundary(W_Q, W_K, mess
         Asymmetric(W_Q, W_K, vocab_size=40, device="cpu")
 
 
+@pytest.mark.parametrize("vocab_size", [5, 9])
+def test_the_multihead_scorer_refuses_heads_of_another_vocabulary(vocab_size):
+    # the logits were as wide as the heads' vocabulary (7 words), whatever vocab_size said
+    from distattn.corpus.paper import load_paper_corpus
+    from distattn.projection import svd_heads
+    from distattn.projection.device_scorers import MultiHead
+    heads = svd_heads(load_paper_corpus().cooc, 2, 2)
+    with pytest.raises(ValueError, match=rf"the heads cover a vocabulary of 7 words, not vocab_size={vocab_size}"):
+        MultiHead(heads, "softmax", vocab_size=vocab_size, device="cpu")
+
+
 def test_the_positional_scorer_names_a_document_longer_than_its_distributions():
     """A document reaching past the positions π covers fell over in an IndexError from inside the
     index arithmetic (a device-side assert on CUDA); it is refused with the lengths, as

@@ -305,6 +305,9 @@ class MultiHead(CausalProjection):
         from distattn.projection.multihead import _check_heads
         super().__init__(vocab_size, device, **kw)
         heads = _check_heads(heads)
+        if heads[0].vocab_size != vocab_size:    # scored silently over the heads' own vocabulary instead
+            raise ValueError(f"the heads cover a vocabulary of {heads[0].vocab_size} words, not "
+                             f"vocab_size={vocab_size}")
         self.heads = [(torch.as_tensor(h.query, dtype=torch.float32, device=device),
                        torch.as_tensor(h.key, dtype=torch.float32, device=device)) for h in heads]
         self.keys = torch.cat([b for _, b in self.heads], 1)
