@@ -393,6 +393,18 @@ def test_factored_matrix_svd_and_eigenvalues():
         FactoredMatrix(A, B.transpose(-2, -1)[:, :4])
 
 
+def test_factored_matrix_rows_of_one_id_or_an_id_grid_stay_per_head():
+    g = torch.Generator().manual_seed(6)
+    A, B = torch.randn(3, 9, 4, generator=g), torch.randn(3, 4, 7, generator=g)
+    f, dense = FactoredMatrix(A, B), A @ B
+    assert f.rows(5).shape == (3, 7)                      # was (3, 3, 7): head i's row with head h's B
+    assert torch.allclose(f.rows(5), dense[:, 5], atol=1e-6)
+    ids = torch.tensor([[1, 2, 8], [0, 5, 5]])
+    assert torch.allclose(f.rows(ids), dense[:, ids], atol=1e-6)
+    assert torch.allclose(f.rows(slice(2, 6)), dense[:, 2:6], atol=1e-6)
+    assert torch.allclose(f[1].rows(ids), dense[1][ids], atol=1e-6)
+
+
 def test_lm_circuits_and_flops():
     m = tiny_lm()
     assert ov_circuit(m, 1).shape == (4, V, V)

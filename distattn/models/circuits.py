@@ -77,7 +77,13 @@ class FactoredMatrix:
 
     def rows(self, index) -> torch.Tensor:
         """Dense rows ``(A @ B)[..., index, :]``."""
-        return self.A[..., index, :] @ self.B
+        lead = self.A.shape[:-2]
+        picked = self.A[..., index, :]                  # (*lead, *index axes, r)
+        axes = picked.shape[len(lead):-1]
+        # the index axes flattened to one row axis, so that each head's rows meet that head's B (one
+        # row, an (H, r) matrix, was multiplied by every head's B: an (H, H, n) mixture of heads)
+        rows = picked.reshape(*lead, -1, self.inner_dim) @ self.B
+        return rows.reshape(*lead, *axes, self.B.shape[-1])
 
     def to_dense(self) -> torch.Tensor:
         n = 1
