@@ -405,6 +405,16 @@ def test_factored_matrix_rows_of_one_id_or_an_id_grid_stay_per_head():
     assert torch.allclose(f[1].rows(ids), dense[1][ids], atol=1e-6)
 
 
+def test_factored_matrix_times_a_vector_is_the_dense_product_per_head():
+    g = torch.Generator().manual_seed(7)
+    v = torch.randn(7, generator=g)
+    for heads in (3, 4):                                  # 4 = the inner dim: a silent (H, m, r) result
+        A, B = torch.randn(heads, 9, 4, generator=g), torch.randn(heads, 4, 7, generator=g)
+        f, dense = FactoredMatrix(A, B), A @ B
+        assert torch.allclose(f @ v, dense @ v, atol=1e-5)
+        assert torch.allclose(f[0] @ v, dense[0] @ v, atol=1e-5)
+
+
 def test_lm_circuits_and_flops():
     m = tiny_lm()
     assert ov_circuit(m, 1).shape == (4, V, V)

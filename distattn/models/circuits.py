@@ -73,6 +73,9 @@ class FactoredMatrix:
     def __matmul__(self, other):
         if isinstance(other, FactoredMatrix):
             return FactoredMatrix(self.A, (self.B @ other.A) @ other.B)
+        if isinstance(other, torch.Tensor) and other.dim() == 1:
+            # a vector as a column: B @ v is (H, r), which A (H, m, r) took for one (H, r) matrix
+            return (self.A @ (self.B @ other).unsqueeze(-1)).squeeze(-1)
         return self.A @ (self.B @ other)
 
     def rows(self, index) -> torch.Tensor:
