@@ -181,6 +181,20 @@ def test_capture_under_bf16_autocast_is_float32(positional):
         np.testing.assert_allclose(pattern.numpy(), torch.softmax(scores, -1).numpy(), atol=1e-6)
 
 
+def test_relative_term_of_the_scores_is_float32_under_bf16_autocast():
+    # the q_i · r_{i-j} term was computed by a bf16 matmul (0.01 off on scores of about 4), only the
+    # q_i · k_j term in float32
+    torch.manual_seed(0)
+    m = attention_module.MultiHeadSelfAttention(32, 2, positional="relative", max_len=16)
+    torch.nn.init.normal_(m.relative.vectors, std=1.0)
+    q, k = torch.randn(1, 2, 16, 16).bfloat16(), torch.randn(1, 2, 16, 16).bfloat16()   # as autocast makes them
+    want = m.pair_scores(q.float(), k.float())
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = m.pair_scores(q, k)
+    assert got.dtype == torch.float32
+    assert torch.allclose(got, want, atol=1e-5)
+
+
 def count_fused_calls(monkeypatch) -> list:
     """A list that gets one entry per call of the fused F.scaled_dot_product_attention."""
     calls = []

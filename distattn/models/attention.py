@@ -110,11 +110,10 @@ class MultiHeadSelfAttention(nn.Module):
         ``-inf`` above the diagonal instead. In float32 (float64 for a float64 model), also under
         bf16/fp16 autocast."""
         scale = 1.0 / math.sqrt(self.head_dim)
-        bias = None if self.relative is None else self.relative(q) * scale
         with _autocast_off(q.device.type):
             scores = torch.matmul(at_least_float32(q), at_least_float32(k).transpose(-2, -1)) * scale
-            if bias is not None:
-                scores = scores + bias.to(scores.dtype)
+            if self.relative is not None:    # in float32 too: under autocast it was a bf16 matmul
+                scores = scores + self.relative(at_least_float32(q)) * scale
         return scores
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
