@@ -120,6 +120,22 @@ def test_softmax_and_log_softmax_take_a_tiny_temperature_or_huge_scores():
     np.testing.assert_array_equal(log_softmax(np.zeros((2, 0))), np.zeros((2, 0)))
 
 
+def test_next_token_distribution_refuses_evidence_that_overflows():
+    # finite S near 1e308 with normalization='none': e = M(QS) overflowed to inf and p came out all NaN
+    S = sp.csr_array(np.array([[1e308, 1e308, 0], [1e308, 0, 1e308], [0, 1e308, 1e308]]))
+    with np.errstate(over="ignore"), pytest.raises(ValueError, match=r"evidence e_global overflows float64 .*"
+                                                                       r"normalization='none'"):
+        next_token_distribution([0, 1, 2], S)
+    np.testing.assert_allclose(next_token_distribution([0, 1, 2], S, normalization="row"), [1 / 3] * 3)
+    # rows whose sum overflows are still normalised (they were W / inf: all zeros, summing to 0)
+    np.testing.assert_allclose(row_normalize(np.array([[1e308, 1e308, 0.0], [1.0, 3.0, 0.0]])),
+                               [[0.5, 0.5, 0.0], [0.25, 0.75, 0.0]])
+    for bad in (np.inf, np.nan):
+        with pytest.raises(ValueError, match=r"logits contain NaN or \+inf"):
+            log_softmax(np.array([0.0, bad]))
+    np.testing.assert_array_equal(log_softmax(np.array([0.0, -np.inf])), [0.0, -np.inf])
+
+
 def test_predictor_log_proba_takes_a_tiny_temperature():
     # predict_log_proba divided e_global by τ before log-sum-exp: NaN rows at τ = 1e-310
     from distattn.corpus.paper import load_paper_corpus

@@ -151,7 +151,12 @@ def row_normalize(weights, *, zero_rows: str = "uniform") -> np.ndarray:
                          f"Use softmax_rows for signed scores")
     if zero_rows == "self" and W.shape[-1] != W.shape[-2]:
         raise ValueError(f"zero_rows='self' needs square matrices; got shape {W.shape}")
-    sums = W.sum(axis=-1, keepdims=True)
+    with np.errstate(over="ignore"):
+        sums = W.sum(axis=-1, keepdims=True)
+    big = np.isinf(sums)        # finite entries whose sum overflows: W / inf once gave a row of zeros
+    if big.any():
+        W = np.where(big, W / np.where(big, W.max(axis=-1, keepdims=True), 1.0), W)
+        sums = W.sum(axis=-1, keepdims=True)
     zero = sums[..., 0] == 0
     out = W / np.where(sums == 0, 1.0, sums)
     if zero.any():
@@ -344,6 +349,8 @@ def log_softmax(logits, *, temperature: float = 1.0, axis: int = -1) -> np.ndarr
     x = np.asarray(logits, dtype=np.float64)
     if x.ndim < 1:          # a 0-d array once came back as shape (1,)
         raise ValueError(f"logits must have at least one axis, (..., vocab); got shape {x.shape}")
+    if np.isnan(x).any() or np.isposinf(x).any():     # once NaN log-probabilities, inf - inf
+        raise ValueError("logits contain NaN or +inf (-inf is allowed: it marks a masked entry)")
     # shifted by the max before dividing: logits / τ overflowed to inf (NaN) for a tiny τ or huge logits
     top = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
     with np.errstate(over="ignore"):
@@ -371,5 +378,8 @@ def next_token_distribution(token_ids, cooc, *, temperature: float = 1.0, normal
     """
     e = global_evidence(token_ids, cooc, normalization=normalization, zero_rows=zero_rows,
                         attention_temperature=attention_temperature, weights=weights, unk_id=unk_id)
+    if not np.isfinite(e).all():     # finite S whose products overflow: once NaN probabilities
+        raise ValueError("the evidence e_global overflows float64 (S's entries are too large for "
+                         f"normalization={normalization!r}); scale cooc down, or use normalization='row' or 'softmax'")
     logp = log_softmax(e, temperature=temperature)
     return logp if log else np.exp(logp)
