@@ -319,3 +319,14 @@ def test_masked_lm_declared_eval_metrics_are_the_ones_evaluate_gives():
     data = MaskedLMData(random_docs(), seq_len=16, mask_id=MASK)
     task = MaskedLMTask(data, {"val": data}, max_eval_sequences=4)
     assert sorted(task.evaluate(tiny_mlm(), torch.device("cpu"))["val"]) == sorted(task.eval_metrics)
+
+
+def test_masking_options_are_checked_by_type_and_value():
+    # np.float32(0.15) was refused as "not a number"; random_low=2.5 or True and a NaN replace
+    # probability were accepted (with NaN nothing was ever masked: the targets stayed in the input)
+    data = MaskedLMData(random_docs(), seq_len=16, mask_id=MASK, mask_prob=np.float32(0.15))
+    assert data.mask_prob == pytest.approx(0.15)
+    for kw, message in (({"random_low": 2.5}, "random_low must be in"), ({"random_low": True}, "random_low must be in"),
+                        ({"replace": (float("nan"), 0.1)}, r"replace=\(p_mask, p_random\) must be >= 0")):
+        with pytest.raises(ValueError, match=message):
+            MaskedLMData(random_docs(), seq_len=16, mask_id=MASK, **kw)

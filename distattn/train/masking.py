@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -54,12 +55,13 @@ class MaskedLMData:
         _check_seq_len(seq_len)
         if isinstance(mask_id, bool) or not isinstance(mask_id, (int, np.integer)) or mask_id < 1:
             raise ValueError(f"mask_id must be an integer >= 1; got {mask_id!r}")
-        if isinstance(mask_prob, bool) or not isinstance(mask_prob, (int, float)) or not 0 < mask_prob < 1:
-            raise ValueError(f"mask_prob must be a number in (0, 1); got {mask_prob!r}")
+        if isinstance(mask_prob, bool) or not isinstance(mask_prob, numbers.Real) or not 0 < mask_prob < 1:
+            raise ValueError(f"mask_prob must be a number in (0, 1); got {mask_prob!r}")   # np.float32 too
         p_mask, p_random = (float(x) for x in replace)
-        if p_mask < 0 or p_random < 0 or p_mask + p_random > 1:
+        if not (p_mask >= 0 and p_random >= 0 and p_mask + p_random <= 1):     # NaN once passed: nothing was masked
             raise ValueError(f"replace=(p_mask, p_random) must be >= 0 with a sum <= 1; got {replace!r}")
-        if not 0 <= random_low < mask_id:
+        if isinstance(random_low, bool) or not isinstance(random_low, (int, np.integer)) or not 0 <= random_low < mask_id:
+            # a float (2.5) or True once passed; random ids are drawn from the integers [random_low, mask_id)
             raise ValueError(f"random_low must be in [0, mask_id={mask_id}); got {random_low!r}")
         stream, is_bos = packed_stream(ragged, bos_id)
         self.eligible = ~is_bos & (stream >= 0)
