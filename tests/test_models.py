@@ -362,6 +362,18 @@ def test_rope_scores_depend_on_offsets_only():
     assert not torch.allclose(s[:, 3, 2], s[:, 5, 2], atol=1e-3)
 
 
+@pytest.mark.parametrize("positional", ["sinusoidal", "rope"])
+def test_fixed_position_tables_survive_a_dtype_round_trip(positional):
+    # the tables are non-persistent buffers: .bfloat16().float() left them bf16-rounded for good, so the
+    # model computed differently from a fresh one with the same (state_dict) weights
+    torch.manual_seed(4)
+    m = tiny_lm(positional=positional, n_layers=1).bfloat16().float()
+    fresh = tiny_lm(positional=positional, n_layers=1)
+    fresh.load_state_dict(m.state_dict())
+    ids, _ = batch(B=2, T=7)
+    assert torch.equal(m(ids), fresh(ids))
+
+
 # -- the projection-matched LM and circuits ----------------------------------------------------
 
 def test_projection_matched_logits_are_pattern_times_ov_rows():

@@ -63,6 +63,12 @@ class AbsolutePositions(nn.Module):
         else:
             raise ValueError(f"AbsolutePositions kind must be one of {ADDITIVE}; got {kind!r}")
 
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        if self.kind == "sinusoidal":   # rebuilt, not converted: .bfloat16().float() kept the bf16 rounding
+            self.table = _sinusoidal64(*self.table.shape).to(self.table.device, self.table.dtype)
+        return self
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_length(x.shape[1], self.table.shape[0])
         if self.kind == "sinusoidal" and x.dtype == torch.float64:
@@ -83,6 +89,14 @@ class Rotary(nn.Module):
         angles = self._angles(max_len)
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        # rebuilt, not converted: after .bfloat16().float() the tables kept the bf16 rounding
+        angles = self._angles(self.cos.shape[0])
+        self.cos = angles.cos().to(self.cos.device, self.cos.dtype)
+        self.sin = angles.sin().to(self.sin.device, self.sin.dtype)
+        return self
 
     def _angles(self, T: int, device=None) -> torch.Tensor:
         """(T, head_dim) float64 rotation angles, each pair's angle twice (rotate-half)."""
