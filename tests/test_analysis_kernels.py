@@ -36,6 +36,18 @@ def test_kernels_match_scikit_learn_and_definitions():
     np.testing.assert_allclose(projection_kernel(M, normalize=True), [[2 / 3, 1 / 3, 0], [0.25, 0.25, 0.5], [0, 0, 0]])
 
 
+def test_rbf_median_bandwidth_ignores_identical_rows():
+    # a sequence's embeddings repeat for a repeated word; the distance between identical rows is 0,
+    # not rounding noise, so it is neither counted as a "non-zero" distance nor kept off exp(0) = 1
+    X = np.random.default_rng(0).normal(size=(7, 5)) * 3 + 10
+    X = np.vstack([X, X[:3]])
+    d2 = np.square(X[:, None, :] - X[None, :, :]).sum(-1)
+    m2 = np.median(d2[d2 > 0])
+    K = rbf_kernel(X, gamma="median")
+    np.testing.assert_allclose(K, np.exp(-d2 / (2 * m2)), rtol=1e-12, atol=1e-14)
+    assert np.all(np.diag(K) == 1.0) and np.all(K[7:, :3].diagonal() == 1.0)
+
+
 def test_hsic_matches_explicit_centering_matrix():
     K, L = linear_kernel(rng.standard_normal((6, 3))), rbf_kernel(rng.standard_normal((6, 2)))
     H = np.eye(6) - np.ones((6, 6)) / 6

@@ -124,8 +124,10 @@ def polynomial_kernel(X, Y=None, degree: int = 2, gamma: float | None = None, co
 
 
 def _sq_distances(X, Y) -> np.ndarray:
-    d = (X ** 2).sum(1)[:, None] + (Y ** 2).sum(1)[None, :] - 2.0 * (X @ Y.T)
-    return np.maximum(d, 0.0)
+    # Σ (x - y)², not ‖x‖² + ‖y‖² - 2 x·y: the expansion leaves rounding noise where x = y (the
+    # diagonal, a repeated token), which the "median" bandwidth then counted as non-zero distances
+    from scipy.spatial.distance import cdist
+    return cdist(X, Y, "sqeuclidean")
 
 
 def rbf_kernel(X, Y=None, gamma: float | str | None = None) -> np.ndarray:
