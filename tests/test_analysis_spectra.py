@@ -331,6 +331,19 @@ def test_qk_pmi_correlation_needs_one_vocabulary_on_both_sides():
     assert top_frequent_ids([1, 2, 3], 2, exclude=[2]).tolist() == [1, 0]
 
 
+def test_principal_angles_of_linearly_dependent_columns_are_those_of_their_span():
+    # span{e1} (a zero second column adds nothing) is orthogonal to span{e2}; QR completed the
+    # zero column to e2 and reported a shared direction (angle 0)
+    U1 = np.zeros((3, 2))
+    U1[0, 0] = 1.0
+    U2 = np.array([[0.0], [1.0], [0.0]])
+    np.testing.assert_allclose(principal_angles(U1, U2), [np.pi / 2], atol=1e-12)
+    A = rng.standard_normal((10, 2))
+    A = np.hstack([A, A @ [[1.0], [2.0]]])                 # rank 2 in three columns
+    B = rng.standard_normal((10, 3))
+    np.testing.assert_allclose(principal_angles(A, B), np.sort(scipy.linalg.subspace_angles(A, B)), atol=1e-10)
+
+
 def test_subspace_helpers_refuse_non_finite_bases():
     from distattn.projection.asymmetric import factored_svd
     U = np.eye(4)[:, :2]

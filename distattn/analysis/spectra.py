@@ -356,8 +356,9 @@ def top_singular_vectors(X, k: int, side: str = "left", *, algorithm: str = "ran
 
 def principal_angles(U1, U2) -> np.ndarray:
     """Principal angles (radians, ascending) between the column spaces of U1 (n, k1) and U2
-    (n, k2): ``arccos`` of the singular values of ``Q_1ᵀ Q_2`` with Q orthonormal bases (the
-    columns are orthonormalised by QR first). ``min(k1, k2)`` angles; 0 = shared direction,
+    (n, k2): ``arccos`` of the singular values of ``Q_1ᵀ Q_2`` with Q orthonormal bases of the
+    column spaces (``scipy.linalg.orth``: linearly dependent columns add nothing). ``min(k1, k2)``
+    angles for columns of full rank (``min(rank U1, rank U2)`` otherwise); 0 = shared direction,
     π/2 = orthogonal. Agrees with ``scipy.linalg.subspace_angles`` (which lists them
     descending)."""
     U1, U2 = to_numpy(U1), to_numpy(U2)
@@ -365,7 +366,8 @@ def principal_angles(U1, U2) -> np.ndarray:
         raise ValueError(f"U1 and U2 must be 2-D with the same number of rows; got {U1.shape}, {U2.shape}")
     if not (np.all(np.isfinite(U1)) and np.all(np.isfinite(U2))):
         raise ValueError("U1 and U2 must be finite; they hold NaN or inf")       # else LAPACK's LinAlgError
-    q1, q2 = np.linalg.qr(U1)[0], np.linalg.qr(U2)[0]
+    from scipy.linalg import orth     # QR would complete a dependent column with a direction outside the span
+    q1, q2 = orth(U1), orth(U2)
     cos = np.clip(np.linalg.svd(q1.T @ q2, compute_uv=False), 0.0, 1.0)
     return np.arccos(cos)
 
