@@ -53,6 +53,18 @@ def test_factored_entries_rows_submatrix_and_composition():
     np.testing.assert_allclose(F.T.to_dense(), dense.T)
 
 
+def test_a_stack_of_heads_composes_with_one_factored_matrix():
+    # heads broadcast against a single matrix, as F @ X does for a dense X
+    stack = FactoredMatrix(rng.standard_normal((3, 6, 2)), rng.standard_normal((3, 2, 5)))
+    one = FactoredMatrix(rng.standard_normal((5, 1)), rng.standard_normal((1, 4)))
+    wide = FactoredMatrix(rng.standard_normal((5, 3)), rng.standard_normal((3, 7)))    # inner dim 3 > 2
+    for a, b in ((stack, one), (one.T, stack.T), (stack, wide)):
+        product = a @ b
+        np.testing.assert_allclose(product.to_dense(), a.to_dense() @ b.to_dense(), atol=1e-10)
+    with pytest.raises(ValueError, match="cannot compose"):
+        stack @ FactoredMatrix(rng.standard_normal((2, 5, 1)), rng.standard_normal((2, 1, 4)))
+
+
 def test_factored_eigenvalues_and_heads():
     L, R = _factors(12, 3, 12)
     F = FactoredMatrix(L, R)

@@ -115,16 +115,26 @@ class FactoredMatrix:
 
     # ------------------------------------------------------------------ products
     def __matmul__(self, other):
-        """``F @ G`` stays factored, through the smaller of the two inner dimensions;
+        """``F @ G`` stays factored, through the smaller of the two inner dimensions (leading
+        axes broadcast: a stack of heads composes with one matrix);
         ``F @ X`` for a dense X (m, p) gives ``FactoredMatrix(left, right @ X)``."""
         if isinstance(other, FactoredMatrix) or _looks_factored(other):
             other = as_factored(other)
-            if self.shape[-1] != other.shape[-2]:
+            try:
+                lead = np.broadcast_shapes(self.shape[:-2], other.shape[:-2])
+            except ValueError:
+                lead = None
+            if self.shape[-1] != other.shape[-2] or lead is None:
                 raise ValueError(f"cannot compose {self.shape} with {other.shape}")
             middle = self.right @ other.left                      # (..., r1, r2)
             if other.inner_dim <= self.inner_dim:
-                return FactoredMatrix(self.left @ middle, other.right)
-            return FactoredMatrix(self.left, middle @ other.right)
+                left, right = self.left @ middle, other.right
+            else:
+                left, right = self.left, middle @ other.right
+            # a stack of heads with one matrix: the factor that skipped the product gets the head axes too
+            left, right = (x if x.shape[:-2] == lead else np.ascontiguousarray(np.broadcast_to(x, lead + x.shape[-2:]))
+                           for x in (left, right))
+            return FactoredMatrix(left, right)
         other = to_numpy(other)
         return FactoredMatrix(self.left, self.right @ other)
 
