@@ -89,6 +89,16 @@ def test_graph_metrics_and_graphml_round_trip(tmp_path):
     assert not list(tmp_path.glob(".*part*"))
 
 
+
+def test_graphml_keeps_the_parallel_edges_of_a_multigraph(tmp_path):
+    G = nx.MultiDiGraph()
+    G.add_edge((0, 1), (1, 1), weight=0.25)
+    G.add_edge((0, 1), (1, 1), weight=0.75)          # a second edge between the same nodes
+    write_graphml(G, tmp_path / "multi.graphml")
+    H = nx.read_graphml(tmp_path / "multi.graphml")
+    assert H.is_multigraph() and H.number_of_edges() == 2
+    assert sorted(d["weight"] for _, _, d in H.edges(data=True)) == [0.25, 0.75]
+
 # --------------------------------------------------------------------------- PPMI sense communities
 
 WORDS = ["bank", "river", "water", "shore", "flood", "loan", "money", "deposit", "credit", "the", "of"]

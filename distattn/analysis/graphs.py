@@ -136,12 +136,18 @@ def _graphml_safe(G):
             out[k] = v
         return out
 
-    H = nx.DiGraph() if G.is_directed() else nx.Graph()
+    if G.is_multigraph():        # a DiGraph/Graph copy would merge parallel edges, keeping the last one's data
+        H = nx.MultiDiGraph() if G.is_directed() else nx.MultiGraph()
+    else:
+        H = nx.DiGraph() if G.is_directed() else nx.Graph()
     H.graph.update(clean(G.graph))
     names = {n: (n if isinstance(n, (str, int)) else "_".join(map(str, n)) if isinstance(n, tuple) else str(n))
              for n in G.nodes}
     H.add_nodes_from((names[n], clean(d)) for n, d in G.nodes(data=True))
-    H.add_edges_from((names[a], names[b], clean(d)) for a, b, d in G.edges(data=True))
+    if G.is_multigraph():
+        H.add_edges_from((names[a], names[b], k, clean(d)) for a, b, k, d in G.edges(keys=True, data=True))
+    else:
+        H.add_edges_from((names[a], names[b], clean(d)) for a, b, d in G.edges(data=True))
     return H
 
 
