@@ -48,6 +48,21 @@ def test_rbf_median_bandwidth_ignores_identical_rows():
     assert np.all(np.diag(K) == 1.0) and np.all(K[7:, :3].diagonal() == 1.0)
 
 
+def test_cka_errors_name_the_offending_kernel():
+    # every kernel was checked as "A" (symmetrize's own argument), whichever of them was wrong
+    K = linear_kernel(rng.standard_normal((4, 2)))
+    with pytest.raises(ValueError, match="^L must be a square"):
+        cka(K, np.ones((4, 3)))
+    with pytest.raises(ValueError, match="^K contains NaN"):
+        cka(np.full((4, 4), np.nan), K)
+    with pytest.raises(ValueError, match=r"^kernels\['bad'\] must be a square"):
+        cka_matrix({"good": K, "bad": np.ones((4, 3))})
+    with pytest.raises(ValueError, match="^Y must have at least 2 rows"):
+        rbf_cka(rng.standard_normal((4, 2)), rng.standard_normal((1, 2)))
+    with pytest.raises(ValueError, match="^K must be a square"):
+        psd_check(np.ones((2, 3)))
+
+
 def test_hsic_matches_explicit_centering_matrix():
     K, L = linear_kernel(rng.standard_normal((6, 3))), rbf_kernel(rng.standard_normal((6, 2)))
     H = np.eye(6) - np.ones((6, 6)) / 6

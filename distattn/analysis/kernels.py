@@ -150,7 +150,12 @@ def rbf_kernel(X, Y=None, gamma: float | str | None = None) -> np.ndarray:
 def symmetrize(A, how: str = "mean") -> np.ndarray:
     """``"mean"``: ``(A + Aᵀ)/2``; ``"gram"``: ``A Aᵀ``; ``"none"``: A unchanged (must already be
     symmetric). See the module docstring for the choice."""
-    A = _square(A, "A")
+    return _symmetrize(A, how, "A")
+
+
+def _symmetrize(A, how: str, name: str) -> np.ndarray:
+    """:func:`symmetrize`, its errors naming the caller's argument ``name``."""
+    A = _square(A, name)
     if how == "mean":
         return (A + A.T) / 2.0
     if how == "gram":
@@ -180,8 +185,8 @@ def hsic(K, L) -> float:
 def cka(K, L, symmetrize_how: str = "mean") -> float:
     """``HSIC(K, L) / sqrt(HSIC(K, K) HSIC(L, L))`` after symmetrising both (``symmetrize_how``,
     see :func:`symmetrize`). NaN if either centred kernel is zero (e.g. a constant kernel)."""
-    K = symmetrize(K, symmetrize_how)
-    L = symmetrize(L, symmetrize_how)
+    K = _symmetrize(K, symmetrize_how, "K")
+    L = _symmetrize(L, symmetrize_how, "L")
     if K.shape != L.shape:
         raise ValueError(f"K and L must have the same shape (one row per token of the same sequence); "
                          f"got {K.shape} and {L.shape}")
@@ -207,6 +212,9 @@ def linear_cka(X, Y) -> float:
 
 def rbf_cka(X, Y, gamma="median") -> float:
     """Kernel CKA with an RBF kernel on each feature matrix (bandwidth per :func:`rbf_kernel`)."""
+    for name, Z in (("X", X), ("Y", Y)):
+        if np.ndim(Z) == 2 and np.shape(Z)[0] < 2:     # else "K must be a square (R, R) matrix with R >= 2"
+            raise ValueError(f"{name} must have at least 2 rows (tokens) for CKA, got shape {np.shape(Z)}")
     return cka(rbf_kernel(X, gamma=gamma), rbf_kernel(Y, gamma=gamma), "none")
 
 
@@ -216,7 +224,7 @@ def cka_matrix(kernels: dict, symmetrize_how: str = "mean") -> tuple[list[str], 
     names = list(kernels)
     if len(names) < 1:
         raise ValueError("kernels is empty")
-    sym = [center_gram(symmetrize(kernels[n], symmetrize_how)) for n in names]
+    sym = [center_gram(_symmetrize(kernels[n], symmetrize_how, f"kernels[{n!r}]")) for n in names]
     shapes = {k.shape for k in sym}
     if len(shapes) != 1:
         raise ValueError(f"all kernels must have the same shape; got {sorted(shapes)}")
@@ -235,7 +243,7 @@ def psd_check(K, tol: float = 1e-8) -> dict:
     PSD when its smallest eigenvalue ``>= -tol · max|eigenvalue|``. Returns ``is_psd``,
     ``min_eigenvalue``, ``max_eigenvalue`` and ``n_negative`` (eigenvalues below the tolerance).
     """
-    S = symmetrize(K, "mean")
+    S = _symmetrize(K, "mean", "K")
     ev = np.linalg.eigvalsh(S)
     scale = float(np.abs(ev).max())
     thresh = -tol * scale
