@@ -36,6 +36,15 @@ def test_perplexity_from_nll():
     assert perplexity_from_nll(np.full(10, np.log2(5.0)), base=2) == pytest.approx(5.0)
 
 
+
+@pytest.mark.parametrize("base", [float("nan"), float("inf")])
+def test_a_non_finite_log_base_is_refused(base):
+    # log(nan) = nan and log(inf) = inf: every entropy came out NaN or 0 without an error
+    with pytest.raises(ValueError, match="base must be"):
+        entropy([0.5, 0.5], base=base)
+    with pytest.raises(ValueError, match="base must be"):
+        perplexity_from_nll([1.0], base=base)
+
 @pytest.mark.parametrize("dim", [4, 64])
 def test_dot_product_variance_is_dim(dim):
     """Seed 002, section 11: Var⟨x, y⟩ = d for x, y ~ N(0, I_d); the scaled score has variance 1."""

@@ -22,8 +22,9 @@ __all__ = ["entropy", "cross_entropy", "kl_divergence", "perplexity", "perplexit
 def _log_base(base) -> float:
     if base is None or base == "e":
         return 1.0
-    if isinstance(base, bool) or not isinstance(base, numbers.Real) or base <= 0 or base == 1:
-        raise ValueError(f"base must be 'e', 2 or another positive number != 1, got {base!r}")
+    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not np.isfinite(base) or base <= 0 \
+            or base == 1:
+        raise ValueError(f"base must be 'e', 2 or another finite positive number != 1, got {base!r}")
     return float(np.log(base))
 
 
