@@ -63,6 +63,13 @@ def test_cka_errors_name_the_offending_kernel():
         psd_check(np.ones((2, 3)))
 
 
+
+@pytest.mark.parametrize("tol", [float("nan"), -1.0, "1e-8"])
+def test_psd_check_refuses_an_impossible_tolerance(tol):
+    # NaN made every comparison false: the identity was reported as not PSD
+    with pytest.raises(ValueError, match="tol must be"):
+        psd_check(np.eye(3), tol=tol)
+
 def test_hsic_matches_explicit_centering_matrix():
     K, L = linear_kernel(rng.standard_normal((6, 3))), rbf_kernel(rng.standard_normal((6, 2)))
     H = np.eye(6) - np.ones((6, 6)) / 6

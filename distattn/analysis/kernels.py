@@ -243,6 +243,8 @@ def psd_check(K, tol: float = 1e-8) -> dict:
     PSD when its smallest eigenvalue ``>= -tol · max|eigenvalue|``. Returns ``is_psd``,
     ``min_eigenvalue``, ``max_eigenvalue`` and ``n_negative`` (eigenvalues below the tolerance).
     """
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not np.isfinite(tol) or tol < 0:
+        raise ValueError(f"tol must be a finite real number >= 0; got {tol!r}")    # NaN: nothing was PSD
     S = _symmetrize(K, "mean", "K")
     ev = np.linalg.eigvalsh(S)
     scale = float(np.abs(ev).max())
