@@ -279,3 +279,10 @@ def test_a_0d_ppmi_is_named():
     for call in (word_neighbourhood, sense_communities):
         with pytest.raises(ValueError, match=r"ppmi must be square \(vocab, vocab\), got shape \(\)"):
             call(np.array(0.5), 0)
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), "0.02"])
+def test_attention_graph_refuses_a_threshold_that_is_not_a_number(threshold):
+    # NaN compared false with every weight: a graph without edges and no error
+    with pytest.raises(ValueError, match="threshold must be a finite real number"):
+        attention_graph(np.full((3, 3), 1 / 3), threshold=threshold)

@@ -62,6 +62,8 @@ def attention_graph(attention, tokens=None, threshold: float = 0.0):
 
     A = _attention(attention, stochastic=False)
     R = A.shape[0]
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not np.isfinite(threshold):
+        raise ValueError(f"threshold must be a finite real number; got {threshold!r}")   # NaN: no edge at all
     if tokens is not None and len(tokens) != R:
         raise ValueError(f"tokens has {len(tokens)} labels but the attention has {R} positions")
     G = nx.DiGraph()
