@@ -286,3 +286,9 @@ def test_attention_graph_refuses_a_threshold_that_is_not_a_number(threshold):
     # NaN compared false with every weight: a graph without edges and no error
     with pytest.raises(ValueError, match="threshold must be a finite real number"):
         attention_graph(np.full((3, 3), 1 / 3), threshold=threshold)
+
+
+def test_sense_communities_refuses_a_resolution_that_is_not_a_number():
+    # NaN gave each neighbour its own "community" (a negative modularity) without an error
+    with pytest.raises(ValueError, match="resolution must be a finite real number"):
+        sense_communities(_bank_ppmi(), "bank", k=5, words=WORDS, resolution=float("nan"))

@@ -249,6 +249,8 @@ def sense_communities(ppmi, word, k: int = 30, words=None, *, seed: int = 0,
     communities."""
     import networkx as nx
 
+    if isinstance(resolution, bool) or not isinstance(resolution, numbers.Real) or not np.isfinite(resolution):
+        raise ValueError(f"resolution must be a finite real number; got {resolution!r}")
     words = None if words is None else list(words)      # as word_neighbourhood: a Vocabulary works too
     G = word_neighbourhood(ppmi, word, k, words, include_word=False)
     if G.number_of_nodes() == 0:
