@@ -442,3 +442,15 @@ def test_factored_indexing_past_the_head_axes_is_refused():
     for bad in [(0, [1, 0]), (0, 1), (Ellipsis, 0), (None,)]:
         with pytest.raises(IndexError, match="indexes its 1 head axes only"):
             F[bad]
+
+
+@pytest.mark.parametrize("kwargs, message", [({"xmin": float("nan")}, "xmin must be"),
+                                             ({"xmin": "1.0"}, "xmin must be"),
+                                             ({"rtol": float("nan")}, "rtol must be"),
+                                             ({"rtol": -1.0}, "rtol must be")])
+def test_power_law_fit_refuses_nan_settings(kwargs, message):
+    # xmin=nan silently fitted from the smallest eigenvalue; rtol=nan dropped every eigenvalue
+    # and then blamed the spectrum ("needs at least 2 non-zero eigenvalues, got 0")
+    sv = np.sqrt(rng.pareto(2.0, size=50) + 1.0)
+    with pytest.raises(ValueError, match=message):
+        power_law_fit(sv, **kwargs)

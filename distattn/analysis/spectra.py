@@ -40,6 +40,7 @@ subspaces and about ``k / n`` for a random pair in R^n (reported as ``chance``).
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -261,6 +262,10 @@ def power_law_fit(values, *, squared: bool = True, xmin: float | None = None, rt
 
     The search is vectorised in blocks of candidates: O(N²) work for N eigenvalues.
     """
+    if xmin is not None and (isinstance(xmin, bool) or not isinstance(xmin, numbers.Real) or not np.isfinite(xmin)):
+        raise ValueError(f"xmin must be None or a finite real number; got {xmin!r}")   # NaN: the smallest λ
+    if isinstance(rtol, bool) or not isinstance(rtol, numbers.Real) or not np.isfinite(rtol) or rtol < 0:
+        raise ValueError(f"rtol must be a finite real number >= 0; got {rtol!r}")      # NaN: no λ kept
     s = _values(values)
     lam = np.sort(s ** 2 if squared else s)
     lam = lam[lam > rtol * lam[-1]] if lam[-1] > 0 else lam[:0]
