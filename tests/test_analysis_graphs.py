@@ -99,6 +99,16 @@ def test_graphml_keeps_the_parallel_edges_of_a_multigraph(tmp_path):
     assert H.is_multigraph() and H.number_of_edges() == 2
     assert sorted(d["weight"] for _, _, d in H.edges(data=True)) == [0.25, 0.75]
 
+
+@pytest.mark.parametrize("a, b", [((1, 2), "1_2"), (1, "1")])
+def test_graphml_refuses_two_nodes_that_would_share_an_id(tmp_path, a, b):
+    # both were written under one GraphML id, so reading the file back merged them into one node
+    G = nx.DiGraph()
+    G.add_edge(a, b, weight=0.5)
+    with pytest.raises(ValueError, match=r"would both be written as GraphML id"):
+        write_graphml(G, tmp_path / "clash.graphml")
+    assert not (tmp_path / "clash.graphml").exists()
+
 # --------------------------------------------------------------------------- PPMI sense communities
 
 WORDS = ["bank", "river", "water", "shore", "flood", "loan", "money", "deposit", "credit", "the", "of"]

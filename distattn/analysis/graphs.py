@@ -145,6 +145,12 @@ def _graphml_safe(G):
     H.graph.update(clean(G.graph))
     names = {n: (n if isinstance(n, (str, int)) else "_".join(map(str, n)) if isinstance(n, tuple) else str(n))
              for n in G.nodes}
+    seen = {}
+    for n, name in names.items():      # GraphML ids are strings: (1, 2) and "1_2", or 1 and "1", were merged
+        if str(name) in seen:
+            raise ValueError(f"nodes {seen[str(name)]!r} and {n!r} would both be written as GraphML id "
+                             f"{str(name)!r}; rename one of them")
+        seen[str(name)] = n
     H.add_nodes_from((names[n], clean(d)) for n, d in G.nodes(data=True))
     if G.is_multigraph():
         H.add_edges_from((names[a], names[b], k, clean(d)) for a, b, k, d in G.edges(keys=True, data=True))
