@@ -71,3 +71,23 @@ def test_regular_files_are_those_tarfile_calls_files(fmt):
     data = buf.getvalue()
     assert [n for n, _, _ in reference(data)] == ["a/1_9.txt", "b/2_8.txt", "d/3_7.txt"]
     assert _fast_index(data) == reference(data)
+
+
+@pytest.mark.parametrize("kind", [tarfile.LNKTYPE, tarfile.SYMTYPE, tarfile.DIRTYPE, tarfile.FIFOTYPE, "old-dir"])
+def test_links_and_directories_with_a_size_field_carry_no_data(kind):
+    # old tar writers store a hard link's target size in its size field; no data follows the
+    # header (GNU tar, bsdtar and tarfile ignore the field). The fast path skipped that many
+    # blocks: here (600 bytes, two blocks) b.txt's header and data, landing on d.txt's header,
+    # so b.txt was silently dropped.
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
+        for name, typ, size, data in (("a.txt", tarfile.REGTYPE, 3, b"abc"),
+                                      ("c/" if kind == "old-dir" else "link", tarfile.AREGTYPE if kind == "old-dir" else kind,
+                                       600, None),
+                                      ("b.txt", tarfile.REGTYPE, 2, b"xy"), ("d.txt", tarfile.REGTYPE, 2, b"zw")):
+            info = tarfile.TarInfo(name)
+            info.type, info.size, info.linkname = typ, size, "a.txt"
+            tf.addfile(info, io.BytesIO(data) if data is not None else None)
+    data = buf.getvalue()
+    assert [n for n, _, _ in reference(data)] == ["a.txt", "b.txt", "d.txt"]
+    assert index_regular_files(data) == reference(data) and _fast_index(data) == reference(data)

@@ -49,6 +49,11 @@ def _fast_index(data: bytes | memoryview) -> list[tuple[str, int, int]]:
         if kind not in _SIMPLE_TYPES:
             raise _Unsupported
         short = header[:100].split(b"\0", 1)[0]
+        # tarfile's regular files: REGTYPE, AREGTYPE (unless its header name ends in "/": an
+        # old-style directory) and CONTTYPE ("7", a contiguous file)
+        regular = kind in (b"0", b"7") or (kind == b"\0" and not short.endswith(b"/"))
+        if not regular:  # links, directories, devices, fifos have no data, whatever their size field says
+            pos = data_start
         if long_name is not None:
             name, long_name = long_name, None
         else:
@@ -58,9 +63,7 @@ def _fast_index(data: bytes | memoryview) -> list[tuple[str, int, int]]:
                 if prefix:
                     name = prefix + b"/" + name
             name = name.decode("utf-8")
-        # tarfile's regular files: REGTYPE, AREGTYPE (unless its header name ends in "/": an
-        # old-style directory) and CONTTYPE ("7", a contiguous file)
-        if kind in (b"0", b"7") or (kind == b"\0" and not short.endswith(b"/")):
+        if regular:
             if data_start + size > n:
                 raise tarfile.ReadError(f"member {name} runs past the end of the archive (truncated)")
             out.append((name, data_start, size))
