@@ -91,3 +91,19 @@ def test_links_and_directories_with_a_size_field_carry_no_data(kind):
     data = buf.getvalue()
     assert [n for n, _, _ in reference(data)] == ["a.txt", "b.txt", "d.txt"]
     assert index_regular_files(data) == reference(data) and _fast_index(data) == reference(data)
+
+
+@pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_a_damaged_header_after_the_first_member_raises(fmt):
+    # tarfile stops listing at the first header it cannot read (here c.txt's, one flipped
+    # byte: a bad checksum) and returns the members before it; the fallback passed that on,
+    # so c.txt was silently missing. PAX: the fast path hands b's pax header to tarfile.
+    data = make_tar(fmt, ["a.txt", "b/é.txt", "c.txt"])
+    third = [m for m in tarfile.open(fileobj=io.BytesIO(data)).getmembers() if m.name == "c.txt"][0].offset
+    damaged = bytearray(data)
+    damaged[third + 1] ^= 0x01
+    with pytest.raises(tarfile.ReadError, match="damaged"):
+        index_regular_files(bytes(damaged))
+    partial = data[:third + 300]                       # a partial header where c.txt's starts
+    with pytest.raises(tarfile.ReadError):
+        index_regular_files(partial)

@@ -3,7 +3,9 @@
 ``tarfile.getmembers()`` spends about 2 s on the 100,016 members of the IMDB archive; the
 headers of plain ustar/GNU archives can be read directly in a tenth of that. Anything this
 reader does not handle (PAX headers, sparse files, a bad checksum) makes it hand over to
-``tarfile``, so the result is always what ``tarfile`` would give.
+``tarfile``, so the result is always what ``tarfile`` would give, except that a damaged or
+truncated archive raises ``tarfile.ReadError`` where ``tarfile`` lists the members before the
+damage and stops.
 """
 
 from __future__ import annotations
@@ -81,5 +83,12 @@ def index_regular_files(data: bytes) -> list[tuple[str, int, int]]:
     try:
         return _fast_index(data)
     except (_Unsupported, ValueError, UnicodeDecodeError):
-        members = tarfile.open(fileobj=io.BytesIO(data), mode="r:").getmembers()
+        archive = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
+        members = archive.getmembers()
+        # past the first member, tarfile ends the listing without a word at a header it cannot
+        # read (a bad checksum, a non-number in a field, a partial block): the rest is lost
+        stop = bytes(memoryview(data)[archive.offset:archive.offset + _BLOCK])
+        if stop.strip(b"\0"):
+            raise tarfile.ReadError(f"invalid tar header at offset {archive.offset} (after {len(members)} "
+                                    "members): the archive is damaged or truncated")
         return [(m.name, m.offset_data, m.size) for m in members if m.isfile()]
