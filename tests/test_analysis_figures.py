@@ -55,3 +55,23 @@ def test_cka_and_agreement_plots(tmp_path):
     scores = attention_agreement(T, [_rows(6, s + 7) for s in range(3)], causal=True)
     scores["self"] = agreement_scores(T, T, causal=True)
     _ok(figures.plot_agreement(scores, tmp_path / "agreement.png"))
+
+
+def _drawn(monkeypatch):
+    """The figures passed to save_figure, kept for inspection."""
+    kept = []
+    save = figures.save_figure
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path: (kept.append(fig), save(fig, path))[1])
+    return kept
+
+
+@pytest.mark.parametrize("shared_scale", [True, False])
+def test_heatmap_colour_scale_ignores_nan_entries(tmp_path, monkeypatch, shared_scale):
+    # one NaN (an undefined weight, drawn blank) made the colour scale NaN: every panel one
+    # colour, the colour bar -0.1..0.1
+    kept = _drawn(monkeypatch)
+    with_nan = np.array([[np.nan, 0.6], [0.2, 0.8]])
+    _ok(figures.plot_attention_comparison({"a": with_nan, "b": np.array([[0.5, 0.5], [0.3, 0.4]])},
+                                          tmp_path / "heat.png", shared_scale=shared_scale))
+    clims = [ax.images[0].get_clim() for ax in kept[0].axes if ax.images]
+    assert clims == ([(0.0, 0.8), (0.0, 0.8)] if shared_scale else [(0.0, 0.8), (0.0, 0.5)])

@@ -103,12 +103,14 @@ def plot_attention_comparison(matrices: dict, path, tokens=None, *, title: str =
     rows = int(np.ceil(n / cols))
     cell = max(2.6, min(5.0, 0.22 * R + 1.2))
     fig = _new_figure(cell * cols + 1.2, cell * rows + 0.6)
-    vmax = max(float(m.max()) for m in mats.values()) if shared_scale else None
+    # the colour scale from the finite entries: one NaN (drawn blank) made it NaN for every panel
+    finite_max = {k: float(m[np.isfinite(m)].max()) if np.isfinite(m).any() else 0.0 for k, m in mats.items()}
+    vmax = max(finite_max.values()) if shared_scale else None
     axes = fig.subplots(rows, cols, squeeze=False)
     image = None
     labels = [str(t) for t in tokens] if tokens is not None and R <= 40 else None
     for k, (ax, (name, m)) in enumerate(zip(axes.ravel(), mats.items())):
-        image = ax.imshow(m, cmap="viridis", vmin=0.0, vmax=vmax if shared_scale else float(m.max()),
+        image = ax.imshow(m, cmap="viridis", vmin=0.0, vmax=vmax if shared_scale else finite_max[name],
                           interpolation="nearest")
         ax.set_title(name, fontsize=9)
         # token labels on the outer panels only (every panel shares them): text layout is
