@@ -75,3 +75,14 @@ def test_heatmap_colour_scale_ignores_nan_entries(tmp_path, monkeypatch, shared_
                                           tmp_path / "heat.png", shared_scale=shared_scale))
     clims = [ax.images[0].get_clim() for ax in kept[0].axes if ax.images]
     assert clims == ([(0.0, 0.8), (0.0, 0.8)] if shared_scale else [(0.0, 0.8), (0.0, 0.5)])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_attention_graph_refuses_non_finite_weights(tmp_path, bad):
+    # one NaN made every node size and the colour scale NaN: the figure was written with no
+    # node and no edge, and no error
+    A = _rows(4, 1)
+    A[0, 1] = bad
+    with pytest.raises(ValueError, match="finite"):
+        figures.plot_attention_graph(A, tmp_path / "graph.png")
+    assert not (tmp_path / "graph.png").exists()

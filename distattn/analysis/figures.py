@@ -153,6 +153,8 @@ def plot_attention_graph(attention, path, tokens=None, *, threshold: float | Non
     A = to_numpy(attention)
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
         raise ValueError(f"attention must be (R, R), got {A.shape}")
+    if not np.all(np.isfinite(A)):      # NaN node sizes and colour scale: a figure with no nodes and no edges
+        raise ValueError("attention must be finite; it has NaN or infinite entries")
     R = A.shape[0]
     labels = [str(t) for t in tokens] if tokens is not None else [str(i) for i in range(R)]
     if len(labels) != R:
