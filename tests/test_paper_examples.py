@@ -172,6 +172,20 @@ def test_erratum_loan_rely_entry_used_by_E2_is_2(paper):
     assert E2[0, WORDS.index("rely")] == 12 == 6 * paper.cooc[[2], [6]][0]
 
 
+
+def test_erratum_softmax_shortfalls_match_errata_md(paper):
+    # ERRATA.md §4 gives 1 - p(shore) and 1 - p(money) at τ = 1 to two significant digits;
+    # it said 4.7e-8 for money, where the shortfall is 4.65e-8 (3·e⁻¹⁸ + e⁻²¹ + …)
+    import re
+    text = (paper.directory / "ERRATA.md").read_text(encoding="utf-8")
+    printed = [float(x) for x in re.findall(r"`1 - ([0-9.]+e-[0-9]+)`", text)]
+    shortfall = []
+    for example, word in (("river_bank_flooded", "shore"), ("bank_loan", "money")):
+        p = next_token_distribution(paper.encode(example), paper.cooc)
+        shortfall.append(float(np.delete(p, WORDS.index(word)).sum()))
+    assert printed == [float(f"{x:.1e}") for x in shortfall] == [3.4e-8, 4.6e-8]
+
+
 # --------------------------------------------------------------------------- Proposition 1
 
 _sizes = st.tuples(st.integers(1, 9), st.integers(1, 7))
