@@ -45,6 +45,13 @@ def test_loader_rejects_unknown_words(paper):
         paper.encode(["river", "boat"])
 
 
+def test_encode_names_the_examples_when_given_an_unknown_example_name(paper):
+    # encode("bank") raised a bare KeyError('bank'), as if bank were not a paper word
+    with pytest.raises(KeyError, match=r"'bank' is not an example .*'river_bank_flooded', 'bank_loan'.*\['bank'\]"):
+        paper.encode("bank")
+    assert paper.encode(["bank"]).tolist() == [1]
+
+
 def test_registry_serves_the_paper_corpus():
     from distattn.corpus import get_corpus
     assert get_corpus("paper").words == WORDS

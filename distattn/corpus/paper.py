@@ -84,6 +84,11 @@ class PaperCorpus(Corpus):
 
     def encode(self, example_or_words: str | list[str]) -> np.ndarray:
         """Token ids (int64) of a named example or of a list of words."""
+        if isinstance(example_or_words, str) and example_or_words not in self.examples:
+            # a bare KeyError('bank') read as if the word bank were unknown
+            raise KeyError(f"{example_or_words!r} is not an example of the paper corpus (examples: "
+                           f"{list(self.examples)}); pass the words of a sequence as a list, e.g. "
+                           f"[{example_or_words!r}]")
         words = self.examples[example_or_words] if isinstance(example_or_words, str) else example_or_words
         index = {w: i for i, w in enumerate(self.words)}
         unknown = [w for w in words if w not in index]
