@@ -39,7 +39,7 @@ import numpy as np
 from scipy.special import xlogy
 
 from distattn.analysis._ranks import average_ranks
-from distattn.analysis.factored import to_numpy
+from distattn.analysis.factored import finite_real, to_numpy
 from distattn.analysis.information import _distribution_pair
 
 __all__ = ["DIAGONAL_POLICIES", "allowed_keys", "uniform_attention", "previous_token_attention",
@@ -153,9 +153,7 @@ def _top1(P, Q, mask, atol) -> np.ndarray:
 
 
 def _compare(target: _Rows, prediction: _Rows, mask, tie_atol: float) -> dict:
-    if (isinstance(tie_atol, bool) or not isinstance(tie_atol, numbers.Real) or not np.isfinite(tie_atol)
-            or tie_atol < 0):       # a negative or NaN tolerance made every top-1 score 0
-        raise ValueError(f"tie_atol must be a finite real number >= 0; got {tie_atol!r}")
+    tie_atol = finite_real(tie_atol, "tie_atol", minimum=0)   # a negative or NaN tolerance made every top-1 score 0
     R = mask.shape[0]
     compared = target.has_mass & mask.any(axis=1)
     fallback = compared & ~prediction.has_mass

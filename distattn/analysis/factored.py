@@ -32,6 +32,19 @@ from distattn.memory import check_memory
 __all__ = ["FactoredMatrix", "as_factored", "to_numpy"]
 
 
+def finite_real(value, name: str, *, minimum: float | None = None, allow_none: bool = False):
+    """``value`` as a float, refused unless it is a finite real number (not a bool; ``>= minimum``
+    when given): NaN compares false with everything, so it once passed checks and silently emptied
+    results. ``None`` passes through when ``allow_none``."""
+    if allow_none and value is None:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value)
+            or (minimum is not None and value < minimum)):
+        bound = "" if minimum is None else f" >= {minimum:g}"
+        raise ValueError(f"{name} must be {'None or ' if allow_none else ''}a finite real number{bound}; got {value!r}")
+    return float(value)
+
+
 def to_numpy(x, dtype=np.float64) -> np.ndarray:
     """A numpy copy/view of an array-like or (CPU or GPU, grad or not) torch tensor."""
     if sp.issparse(x):   # np.asarray would fail with "setting an array element with a sequence"

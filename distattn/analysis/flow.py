@@ -38,7 +38,7 @@ import numbers
 
 import numpy as np
 
-from distattn.analysis.factored import to_numpy
+from distattn.analysis.factored import finite_real, to_numpy
 from distattn.memory import check_memory
 from distattn.threads import start_numba_threads
 
@@ -154,9 +154,8 @@ def attention_flow(attentions, head_reduction: str = "mean", residual: float | N
     """
     if method not in FLOW_METHODS:
         raise ValueError(f"method must be one of {FLOW_METHODS}, got {method!r}")
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not np.isfinite(eps) or eps < 0:
-        # a negative eps never counts an edge as saturated: Dinic's algorithm would loop forever
-        raise ValueError(f"eps must be a finite real number >= 0, got {eps!r}")
+    # a negative eps never counts an edge as saturated: Dinic's algorithm would loop forever
+    eps = finite_real(eps, "eps", minimum=0)
     A = layer_attentions(attentions, head_reduction, residual)
     L, R, _ = A.shape
     outs = _outputs(outputs, R)

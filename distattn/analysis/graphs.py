@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from distattn.analysis.factored import to_numpy
+from distattn.analysis.factored import finite_real, to_numpy
 from distattn.analysis.information import entropy
 from distattn.atomic import atomic_path
 
@@ -62,8 +62,7 @@ def attention_graph(attention, tokens=None, threshold: float = 0.0):
 
     A = _attention(attention, stochastic=False)
     R = A.shape[0]
-    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not np.isfinite(threshold):
-        raise ValueError(f"threshold must be a finite real number; got {threshold!r}")   # NaN: no edge at all
+    threshold = finite_real(threshold, "threshold")     # NaN: no edge at all
     if tokens is not None and len(tokens) != R:
         raise ValueError(f"tokens has {len(tokens)} labels but the attention has {R} positions")
     G = nx.DiGraph()
@@ -255,8 +254,7 @@ def sense_communities(ppmi, word, k: int = 30, words=None, *, seed: int = 0,
     communities."""
     import networkx as nx
 
-    if isinstance(resolution, bool) or not isinstance(resolution, numbers.Real) or not np.isfinite(resolution):
-        raise ValueError(f"resolution must be a finite real number; got {resolution!r}")
+    resolution = finite_real(resolution, "resolution")     # NaN: every neighbour its own community
     words = None if words is None else list(words)      # as word_neighbourhood: a Vocabulary works too
     G = word_neighbourhood(ppmi, word, k, words, include_word=False)
     if G.number_of_nodes() == 0:

@@ -37,7 +37,7 @@ import numbers
 
 import numpy as np
 
-from distattn.analysis.factored import to_numpy
+from distattn.analysis.factored import finite_real, to_numpy
 
 __all__ = ["SYMMETRIZATIONS", "projection_kernel", "exponential_kernel", "linear_kernel", "polynomial_kernel",
            "rbf_kernel", "symmetrize", "center_gram", "hsic", "cka", "linear_cka", "rbf_cka", "cka_matrix",
@@ -61,12 +61,6 @@ def _pair(X, Y):
     if X.shape[1] != Y.shape[1]:
         raise ValueError(f"X and Y must have the same dimension; got {X.shape} and {Y.shape}")
     return X, Y
-
-
-def _finite(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
-        raise ValueError(f"{name} must be a finite real number; got {value!r}")
-    return float(value)
 
 
 def _square(K, name: str = "K") -> np.ndarray:
@@ -97,7 +91,7 @@ def exponential_kernel(q, k=None, scale: float | None = None, stabilize: bool = 
     the row-normalised attention nor PSD-ness changes.
     """
     q, k = _pair(q, k)
-    scale = 1.0 / np.sqrt(q.shape[1]) if scale is None else _finite(scale, "scale")
+    scale = 1.0 / np.sqrt(q.shape[1]) if scale is None else finite_real(scale, "scale")
     scores = (q @ k.T) * scale
     if stabilize:
         scores -= scores.max()
@@ -119,8 +113,8 @@ def polynomial_kernel(X, Y=None, degree: int = 2, gamma: float | None = None, co
     X, Y = _pair(X, Y)
     if isinstance(degree, bool) or not isinstance(degree, numbers.Integral) or degree < 1:
         raise ValueError(f"degree must be a positive integer, got {degree!r}")
-    gamma = 1.0 / X.shape[1] if gamma is None else _finite(gamma, "gamma")
-    return (gamma * (X @ Y.T) + _finite(coef0, "coef0")) ** degree
+    gamma = 1.0 / X.shape[1] if gamma is None else finite_real(gamma, "gamma")
+    return (gamma * (X @ Y.T) + finite_real(coef0, "coef0")) ** degree
 
 
 def _sq_distances(X, Y) -> np.ndarray:
@@ -243,8 +237,7 @@ def psd_check(K, tol: float = 1e-8) -> dict:
     PSD when its smallest eigenvalue ``>= -tol · max|eigenvalue|``. Returns ``is_psd``,
     ``min_eigenvalue``, ``max_eigenvalue`` and ``n_negative`` (eigenvalues below the tolerance).
     """
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not np.isfinite(tol) or tol < 0:
-        raise ValueError(f"tol must be a finite real number >= 0; got {tol!r}")    # NaN: nothing was PSD
+    tol = finite_real(tol, "tol", minimum=0)     # NaN: nothing was PSD
     S = _symmetrize(K, "mean", "K")
     ev = np.linalg.eigvalsh(S)
     scale = float(np.abs(ev).max())

@@ -40,13 +40,13 @@ subspaces and about ``k / n`` for a random pair in R^n (reported as ``chance``).
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
-from distattn.analysis.factored import FactoredMatrix, _check_k, _looks_factored, as_factored, to_numpy
+from distattn.analysis.factored import (FactoredMatrix, _check_k, _looks_factored, as_factored, finite_real,
+                                        to_numpy)
 from distattn.memory import check_memory
 
 __all__ = ["Spectrum", "spectrum", "effective_rank", "stable_rank", "energy_fraction", "PowerLawFit",
@@ -262,10 +262,8 @@ def power_law_fit(values, *, squared: bool = True, xmin: float | None = None, rt
 
     The search is vectorised in blocks of candidates: O(N²) work for N eigenvalues.
     """
-    if xmin is not None and (isinstance(xmin, bool) or not isinstance(xmin, numbers.Real) or not np.isfinite(xmin)):
-        raise ValueError(f"xmin must be None or a finite real number; got {xmin!r}")   # NaN: the smallest λ
-    if isinstance(rtol, bool) or not isinstance(rtol, numbers.Real) or not np.isfinite(rtol) or rtol < 0:
-        raise ValueError(f"rtol must be a finite real number >= 0; got {rtol!r}")      # NaN: no λ kept
+    xmin = finite_real(xmin, "xmin", allow_none=True)     # NaN: the fit started from the smallest λ
+    rtol = finite_real(rtol, "rtol", minimum=0)           # NaN: no λ kept
     s = _values(values)
     lam = np.sort(s ** 2 if squared else s)
     lam = lam[lam > rtol * lam[-1]] if lam[-1] > 0 else lam[:0]
