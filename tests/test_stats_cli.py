@@ -281,3 +281,26 @@ def test_a_save_that_breaks_off_leaves_no_stats_json_describing_a_mixed_set(tmp_
     with pytest.raises(OSError, match="disk full"):
         second.save(out)
     assert not (out / "stats.json").exists()
+
+
+@pytest.mark.parametrize("option", [["--vocab-size", "3"], ["--min-count", "2"], ["--window", "1"],
+                                    ["--weighting", "none"], ["--directional"], ["--oov", "gap"]])
+def test_a_counting_option_with_the_paper_corpus_is_refused_not_ignored(capsys, tmp_path, option):
+    """--corpus paper takes its co-occurrence matrix as given: --window 1 --directional wrote the
+    default matrix, and a stats.json whose config claimed window 1 and symmetric false."""
+    code, out, err = run_cli(["--corpus", "paper", *option, "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and out == "", err
+    assert f"conflicting options: {option[0]} is only used with --corpus imdb or text, not --corpus paper" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_counting_options_keep_their_defaults_when_not_given(capsys, tmp_path):
+    (tmp_path / "c.txt").write_text("a\nb\n")           # one word a document: nothing co-occurs
+    code, out, err = run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--no-cache",
+                              "--out", str(tmp_path / "o")], capsys)
+    assert code == 0, err
+    assert "within --window 10 of each other" in err
+    config = json.loads((tmp_path / "o" / "stats.json").read_text())["config"]
+    d = StatsConfig()
+    assert [config[k] for k in ("vocab_size", "min_count", "window", "weighting", "symmetric", "oov")] == \
+        [d.vocab_size, d.min_count, d.window, d.weighting, d.symmetric, d.oov]

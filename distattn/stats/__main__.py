@@ -12,8 +12,8 @@ from distattn.stats.pipeline import StatsConfig, build_statistics
 
 
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Appends ``(default: …)`` unless the help already names the default (--split, --jobs,
-    --directional: their parser default is a placeholder, None or False)."""
+    """Appends ``(default: …)`` unless the help already names the default (--split, --jobs, the
+    counting options: their parser default is a placeholder, None or False)."""
 
     def _get_help_string(self, action):
         if "(default:" in (action.help or ""):
@@ -30,12 +30,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None,
                    help=f"with --corpus imdb: train, test, unsup, joined with + (default: {d.split})")
     p.add_argument("--data-dir", default=None, help="where aclImdb_v1.tar.gz is (else $DISTATTN_DATA_DIR, the cache)")
-    p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="regular words kept (plus <pad>, <unk>)")
-    p.add_argument("--min-count", type=int, default=d.min_count, help="fewest occurrences a kept word needs")
-    p.add_argument("--window", type=int, default=d.window, help="co-occurrence window: the largest distance between two tokens counted")
-    p.add_argument("--weighting", default=d.weighting, help="none or harmonic (1/d)")
+    p.add_argument("--vocab-size", type=int, default=None,
+                   help=f"regular words kept (plus <pad>, <unk>) (default: {d.vocab_size})")
+    p.add_argument("--min-count", type=int, default=None,
+                   help=f"fewest occurrences a kept word needs (default: {d.min_count})")
+    p.add_argument("--window", type=int, default=None,
+                   help=f"co-occurrence window: the largest distance between two tokens counted (default: {d.window})")
+    p.add_argument("--weighting", default=None, help=f"none or harmonic (1/d) (default: {d.weighting})")
     p.add_argument("--directional", action="store_true", help="count j after i only (default: symmetric)")
-    p.add_argument("--oov", default=d.oov, help="drop (GloVe) or gap (hyperwords)")
+    p.add_argument("--oov", default=None, help=f"drop (GloVe) or gap (hyperwords) (default: {d.oov})")
     p.add_argument("--cds", type=float, default=d.cds, help="PPMI context-distribution smoothing")
     p.add_argument("--neg", type=float, default=d.neg, help="PPMI shift log(neg)")
     p.add_argument("--svd-dim", type=int, default=d.svd_dim, help="SVD embedding dimension (0: none)")
@@ -53,10 +56,19 @@ def main(argv=None) -> int:
         print(f"error: conflicting options: --split is only used with --corpus imdb, not --corpus {args.corpus}",
               file=sys.stderr)
         return 2
-    split = StatsConfig().split if args.split is None else args.split
+    d = StatsConfig()
+    # the options that shape the counting, None when not given: the paper corpus's matrix is given
+    # as it is, and with it they were ignored (stats.json still claimed them)
+    counting = {"--vocab-size": args.vocab_size, "--min-count": args.min_count, "--window": args.window,
+                "--weighting": args.weighting, "--directional": args.directional or None, "--oov": args.oov}
+    split = d.split if args.split is None else args.split
     cfg = StatsConfig(corpus=args.corpus, path=args.path, split=split if args.corpus == "imdb" else "",
-                      data_dir=args.data_dir, vocab_size=args.vocab_size, min_count=args.min_count,
-                      window=args.window, weighting=args.weighting, symmetric=not args.directional, oov=args.oov,
+                      data_dir=args.data_dir,
+                      vocab_size=d.vocab_size if args.vocab_size is None else args.vocab_size,
+                      min_count=d.min_count if args.min_count is None else args.min_count,
+                      window=d.window if args.window is None else args.window,
+                      weighting=d.weighting if args.weighting is None else args.weighting,
+                      symmetric=not args.directional, oov=d.oov if args.oov is None else args.oov,
                       cds=args.cds, neg=args.neg, svd_dim=args.svd_dim, eig=args.eig)
     if args.evaluate and not args.svd_dim:
         print("error: --evaluate needs --svd-dim > 0", file=sys.stderr)
@@ -68,6 +80,11 @@ def main(argv=None) -> int:
         cfg.validate()                   # bad values fail before --out is touched or anything is counted
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    given = [option for option, value in counting.items() if value is not None]
+    if args.corpus == "paper" and given:
+        print(f"error: conflicting options: {given[0]} is only used with --corpus imdb or text, not --corpus paper "
+              "(its co-occurrence matrix is given, not counted)", file=sys.stderr)
         return 2
     fresh = missing_dirs(args.out) if args.out else []
     if args.out:                         # an unwritable --out fails now, not after the counting
@@ -86,7 +103,7 @@ def main(argv=None) -> int:
     summary = stats.summary()
     if not summary.get("cooc_nnz", 1):
         print("warning: the co-occurrence matrix is empty: no two in-vocabulary tokens of one document lie "
-              f"within --window {args.window} of each other", file=sys.stderr)
+              f"within --window {cfg.window} of each other", file=sys.stderr)
     if args.evaluate:
         from distattn.stats.similarity import evaluate_similarity
         # a word whose vector is all zero (it never co-occurred) is out of vocabulary, as in the
