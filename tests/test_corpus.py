@@ -742,3 +742,18 @@ def test_a_cache_entry_with_the_old_empty_split_is_rebuilt_under_the_same_key(tm
     assert tc.docs.split_names == ["all"] and len(tc.split("all")) == 2
     assert [p.name for p in tmp_path.iterdir()] == [entry.name]
     assert json.loads((entry / "meta.json").read_text())["split_names"] == ["all"]
+
+
+@pytest.mark.parametrize("encoding", ["hex", "base64", "rot13", "zlib"])
+@pytest.mark.parametrize("name", ["c.txt", "c.jsonl", "d"])
+def test_a_codec_that_is_no_text_encoding_is_refused_when_the_corpus_is_made(tmp_path, encoding, name):
+    # codecs.lookup knows them, so the check passed; reading then raised a bare LookupError
+    # ("'hex' is not a text encoding") from the first document, which no entry point reports
+    path = tmp_path / name
+    if name == "d":
+        path.mkdir()
+        (path / "a.txt").write_text("a b\n")
+    else:
+        path.write_text('{"text": "a b"}\n' if name.endswith(".jsonl") else "a b\n")
+    with pytest.raises(ValueError, match=rf"encoding='{encoding}' is not a text encoding"):
+        TextCorpus(path, encoding=encoding)

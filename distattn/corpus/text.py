@@ -31,10 +31,16 @@ class TextCorpus(Corpus):
             raise ValueError("the text corpus needs a path (--path FILE_OR_DIR); accepted: " + "; ".join(SUPPORTED))
         self.path = Path(path).expanduser()
         try:
-            self.encoding = codecs.lookup(encoding).name
+            info = codecs.lookup(encoding)
         except (LookupError, TypeError):
             raise ValueError(f"encoding={encoding!r} is not a codec Python knows; allowed: e.g. 'utf-8', "
                              f"'latin-1', 'cp1252'") from None
+        # bytes-to-bytes and str-to-str codecs (hex, base64, zlib, rot13) are codecs too, but no
+        # file can be read as text with them: reading raised a bare LookupError
+        if not getattr(info, "_is_text_encoding", True):
+            raise ValueError(f"encoding={encoding!r} is not a text encoding; allowed: e.g. 'utf-8', 'latin-1', "
+                             f"'cp1252'")
+        self.encoding = info.name
         if not self.path.exists():
             raise FileNotFoundError(f"text corpus path {str(self.path)!r} does not exist; accepted: "
                                     + "; ".join(SUPPORTED))
