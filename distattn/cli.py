@@ -29,7 +29,8 @@ def run_script(main: Callable[[], int | None]) -> int:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return code if isinstance(code, int) else 0      # a main() may return its results instead of a code
+    # a main() may return its results instead of a code; True/False are results, not exit codes 1/0
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
 def _int_at_least(low: int, what: str):

@@ -304,3 +304,19 @@ def test_counting_options_keep_their_defaults_when_not_given(capsys, tmp_path):
     d = StatsConfig()
     assert [config[k] for k in ("vocab_size", "min_count", "window", "weighting", "symmetric", "oov")] == \
         [d.vocab_size, d.min_count, d.window, d.weighting, d.symmetric, d.oov]
+
+
+@pytest.mark.parametrize("returned, code", [(None, 0), (3, 3), ({"ok": 1}, 0), (True, 0), (False, 0)])
+def test_run_script_exit_code_of_what_main_returns(returned, code):
+    # True and False counted as the ints 1 and 0: a main() returning True (a result) exited with 1
+    from distattn.cli import run_script
+    assert run_script(lambda: returned) == code
+
+
+def test_run_script_turns_a_user_error_into_exit_code_2(capsys):
+    from distattn.cli import run_script
+
+    def main():
+        raise ValueError("window must be >= 1; got 0")
+    assert run_script(main) == 2
+    assert capsys.readouterr().err == "error: window must be >= 1; got 0\n"
