@@ -294,6 +294,17 @@ def test_text_corpus_errors(tmp_path):
         list(TextCorpus(j))
 
 
+def test_a_jsonl_text_with_an_unpaired_surrogate_is_refused_by_line(tmp_path):
+    # JSON's "\ud800" escape decodes to a lone surrogate: the default tokenizer dropped it silently and
+    # the whitespace tokenizer failed with a UnicodeEncodeError that named no file or line
+    j = tmp_path / "s.jsonl"
+    j.write_text('{"text": "a pair \\ud83d\\ude00 is fine"}\n{"text": "half \\ud800 is not"}\n')
+    with pytest.raises(ValueError, match=r"s.jsonl:2: 'text' holds an unpaired UTF-16 surrogate \(U\+D800\)"):
+        list(TextCorpus(j))
+    j.write_text('{"text": "a pair \\ud83d\\ude00 is fine"}\n')
+    assert [d.text for d in TextCorpus(j)] == ["a pair \U0001F600 is fine"]
+
+
 def test_a_jsonl_split_must_be_a_string(tmp_path):
     # a null split became the split 'None' and a number the split '3', without a word
     j = tmp_path / "s.jsonl"

@@ -100,6 +100,12 @@ class TextCorpus(Corpus):
                     raise ValueError(f"{self.path}:{i}: not valid JSON ({exc.msg} at column {exc.colno})") from None
                 if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                     raise ValueError(f"{self.path}:{i}: each line must be an object with a string 'text' field")
+                if "\\u" in line:      # JSON's \ud800 escape gives a lone surrogate: no text, and no UTF-8
+                    try:
+                        obj["text"].encode("utf-8")
+                    except UnicodeEncodeError as exc:   # once a UnicodeEncodeError from a tokenizer, naming no line
+                        raise ValueError(f"{self.path}:{i}: 'text' holds an unpaired UTF-16 surrogate "
+                                         f"(U+{ord(exc.object[exc.start]):04X}), which is not a character") from None
                 label = obj.get("label", NO_LABEL)
                 if label is None:
                     label = NO_LABEL
