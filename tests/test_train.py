@@ -104,6 +104,15 @@ def test_lm_stream_puts_bos_before_each_document():
         LMData([np.array([5, -1])], seq_len=1)
 
 
+def test_lm_batch_refuses_sequence_indices_out_of_range():
+    data = LMData([np.arange(2, 20)], seq_len=4)                     # 19 tokens with bos: 4 sequences
+    assert len(data) == 4 and data.batch([3])["targets"].tolist() == [[14, 15, 16, 17]]
+    with pytest.raises(IndexError, match=r"sequence indices must be in \[0, 4\); got -1\.\.-1"):
+        data.batch([-1])                 # wrapped: the stream's last tokens, the last target its first (bos)
+    with pytest.raises(IndexError, match=r"sequence indices must be in \[0, 4\); got 0\.\.4"):
+        data.batch([0, 4])
+
+
 def test_lr_schedule_warms_up_then_decays():
     cfg = TrainConfig(lr=1.0, warmup_steps=4, schedule="cosine", min_lr_ratio=0.1)
     f = [lr_factor(s, 20, cfg) for s in range(20)]

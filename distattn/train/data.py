@@ -266,6 +266,9 @@ class LMData:
         index = np.asarray(index)
         if index.size == 0:
             raise ValueError("empty batch: no sequences were selected")
+        if index.min() < 0 or index.max() >= self.n_sequences:     # -1 wrapped around the stream: the last
+            # seq_len tokens, the last one's target the stream's first token, a sequence the data does not hold
+            raise IndexError(f"sequence indices must be in [0, {self.n_sequences}); got {index.min()}..{index.max()}")
         pos = index[:, None] * self.seq_len + np.arange(self.seq_len)[None, :]
         ids = torch.from_numpy(self.stream[pos].astype(np.int64))
         targets = torch.from_numpy(np.maximum(self.targets_stream[pos + 1], -1).astype(np.int64))
