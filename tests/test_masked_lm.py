@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from distattn.models import (LMConfig, MaskedLM, MaskedLMConfig, TransformerClassifier, TransformerLM, build_model)
-from distattn.train import (ClassificationData, ClassificationTask, MaskedLMData, MaskedLMTask, NextTokenScorer,
-                            TrainConfig, Trainer, epoch_plan, seed_everything)
+from distattn.train import (CheckpointMismatchError, ClassificationData, ClassificationTask, MaskedLMData, MaskedLMTask,
+                            NextTokenScorer, TrainConfig, Trainer, epoch_plan, seed_everything)
 from distattn.train.masking import hashed_uniform
 from distattn.train.recipes import classifier_from_lm
 
@@ -124,6 +124,21 @@ def test_masked_data_bad_input_names_the_value():
         MaskedLMData(docs, seq_len=8, mask_id=MASK).batch([])
     with pytest.raises(IndexError, match="sequence indices"):
         MaskedLMData(docs, seq_len=8, mask_id=MASK).batch([10_000])
+
+
+def test_resume_is_refused_on_data_that_masks_other_tokens(tmp_path):
+    """OOV tokens mapped to <unk> (oov_id=1) are never masked; a real <unk> token may be. The two packed
+    streams are identical, the training targets are not: one's checkpoint must not resume the other."""
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(2, V, 12) for _ in range(6)]
+    for d in docs:
+        d[::3] = -1
+    oov = MaskedLMData(docs, seq_len=8, mask_id=MASK, oov_id=1)
+    unk = MaskedLMData([np.where(d < 0, 1, d) for d in docs], seq_len=8, mask_id=MASK, oov_id=1)
+    assert np.array_equal(oov.stream, unk.stream) and not np.array_equal(oov.eligible, unk.eligible)
+    Trainer(tiny_mlm(), MaskedLMTask(oov), quiet(batch_size=4), out_dir=tmp_path).fit()
+    with pytest.raises(CheckpointMismatchError, match="task.train.checksum"):
+        Trainer(tiny_mlm(), MaskedLMTask(unk), quiet(batch_size=4), out_dir=tmp_path).fit()
 
 
 def test_task_plan_carries_the_epoch_and_splits_over_processes():

@@ -83,7 +83,9 @@ class MaskedLMData:
         return {"kind": "mlm", "n_sequences": self.n_sequences, "seq_len": self.seq_len, "mask_id": self.mask_id,
                 "mask_prob": self.mask_prob, "replace": list(self.replace), "random_low": self.random_low,
                 "seed": self.seed, "bos_id": self.bos_id,
-                "checksum": cached_checksum(self, self.stream)}
+                # the eligible mask too: OOV tokens given oov_id are never masked, real oov_id tokens may be,
+                # and the two streams are equal (a checkpoint of one resumed the other)
+                "checksum": cached_checksum(self, self.stream, self.eligible)}
 
     def batch(self, index, epoch: int = 0) -> dict:
         index = np.asarray(index, dtype=np.int64)
