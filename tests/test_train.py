@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -177,6 +178,17 @@ def test_predict_and_evaluate_run_without_dropout_and_restore_the_mode():
     lm_task = LMTask(LMData(RaggedIds.from_sequences(docs), seq_len=16), {"all": LMData(RaggedIds.from_sequences(docs),
                                                                                          seq_len=16)})
     assert lm_task.evaluate(lm, cpu) == lm_task.evaluate(lm, cpu) and lm.training
+
+
+def test_an_eval_set_without_a_target_reports_nan_not_a_perfect_score():
+    # every target out of vocabulary: the mean over no token was total / max(0, 1) = 0, a loss of 0
+    # and a perplexity of 1.0, the best score there is
+    lm = TransformerLM(LMConfig(vocab_size=V, d_model=16, n_layers=1, n_heads=2, max_len=16)).eval()
+    oov = RaggedIds.from_sequences([np.full(40, -1)])
+    task = LMTask(LMData(RaggedIds.from_sequences([np.arange(2, 40)]), seq_len=8),
+                  {"oov": LMData(oov, seq_len=8, oov_id=1)})
+    got = task.evaluate(lm, torch.device("cpu"))["oov"]
+    assert got["n_tokens"] == 0 and math.isnan(got["loss"]) and math.isnan(got["perplexity"])
 
 
 def test_checkpoint_from_another_config_is_refused(tmp_path):

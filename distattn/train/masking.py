@@ -167,7 +167,8 @@ class MaskedLMTask(LMTask):
                 total += float(loss) * k
                 correct += int((logits.argmax(-1) == b["targets"])[keep].sum())
                 count += k
-            mean = total / max(count, 1)
-            out[name] = {"loss": mean, "perplexity": math.exp(mean), "accuracy": correct / max(count, 1),
+            # no target at all: NaN, not the perfect loss 0 / perplexity 1 that total / max(count, 1) gave
+            mean = total / count if count else math.nan
+            out[name] = {"loss": mean, "perplexity": math.exp(mean), "accuracy": correct / count if count else math.nan,
                          "n_tokens": count}
         return out

@@ -191,6 +191,7 @@ class LMTask:
                     _, loss = _logits_and_loss(model, model(b["ids"], b["targets"]))
                 total += float(loss) * k
                 count += k
-            mean = total / max(count, 1)
+            # no target at all: NaN, not the perfect loss 0 / perplexity 1 that total / max(count, 1) gave
+            mean = total / count if count else math.nan
             out[name] = {"loss": mean, "perplexity": math.exp(mean), "n_tokens": count}
         return out
