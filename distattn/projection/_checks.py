@@ -78,6 +78,15 @@ def finite(values, name: str) -> None:
         raise ValueError(f"{name} must be finite; it holds NaN or inf")
 
 
+def non_negative(weights, what: str = "normalization='row'",
+                 hint: str = "Use normalization='softmax' for signed scores") -> None:
+    """Refuse negative weights (a numpy array or torch tensor) before a row-sum normalisation:
+    signed scores have none. ``what`` names the option or function, ``hint`` the way out."""
+    size = weights.numel() if hasattr(weights, "numel") else weights.size
+    if size and weights.min() < 0:
+        raise ValueError(f"{what} needs non-negative weights; the minimum is {float(weights.min())}. {hint}")
+
+
 def float_array(values, name: str = "values") -> np.ndarray:
     """``values`` as a float64 ndarray; a scipy sparse matrix or array is densified (``np.asarray``
     would wrap it in a 0-d object array: numpy's 'setting an array element with a sequence').

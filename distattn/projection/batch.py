@@ -125,8 +125,7 @@ def masked_attention(M: np.ndarray, known: np.ndarray, normalization: str = "non
         sums = x.sum(axis=-1, keepdims=True)
         return x / np.where(sums == 0, 1.0, sums)
     W = np.where(pair, M, 0.0)
-    if W.size and W.min() < 0:
-        raise ValueError(f"normalization='row' needs non-negative weights; the minimum is {float(W.min())}")
+    _checks.non_negative(W)
     sums = W.sum(axis=-1, keepdims=True)
     A = W / np.where(sums == 0, 1.0, sums)
     zero = (sums[..., 0] == 0) & known

@@ -68,8 +68,7 @@ def causal_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: str
     if normalization == "none":
         return np.where(lower, np.cumsum(M, axis=0), 0.0)
     if normalization == "row":
-        if M.size and M.min() < 0:
-            raise ValueError(f"normalization='row' needs non-negative weights; the minimum is {float(M.min())}")
+        _checks.non_negative(M)
         prefix_sums = np.cumsum(M, axis=1).T          # [t, r] = Σ_{s≤t} M[r, s]
         zero = (prefix_sums == 0) & lower             # rows r ≤ t with nothing to normalise
         W = np.where(lower & ~zero, 1.0 / np.where(prefix_sums == 0, 1.0, prefix_sums), 0.0)

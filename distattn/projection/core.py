@@ -146,9 +146,7 @@ def row_normalize(weights, *, zero_rows: str = "uniform") -> np.ndarray:
     if W.ndim < 2:
         raise ValueError(f"weights must be at least 2-D (rows, cols); got shape {W.shape}")
     _checks.finite(W, "weights")
-    if W.size and W.min() < 0:
-        raise ValueError(f"row_normalize needs non-negative weights; the minimum is {float(W.min())}. "
-                         f"Use softmax_rows for signed scores")
+    _checks.non_negative(W, "row_normalize", "Use softmax_rows for signed scores")
     if zero_rows == "self" and W.shape[-1] != W.shape[-2]:
         raise ValueError(f"zero_rows='self' needs square matrices; got shape {W.shape}")
     with np.errstate(over="ignore"):
@@ -232,9 +230,7 @@ def attention_weights(M: np.ndarray, normalization: str = "none", *, zero_rows: 
         return M.copy() if known is None else M * (known[:, None] & known[None, :])
     if known is None:
         if normalization == "row":
-            if M.size and M.min() < 0:      # row_normalize's own hint, softmax_rows, is no option of this caller
-                raise ValueError(f"normalization='row' needs non-negative weights; the minimum is {float(M.min())}. "
-                                 f"Use normalization='softmax' for signed scores")
+            _checks.non_negative(M)     # row_normalize's own hint, softmax_rows, is no option of this caller
             return row_normalize(M, zero_rows=zero_rows)
         return softmax_rows(M, temperature=attention_temperature)
     idx = np.flatnonzero(known)

@@ -188,8 +188,7 @@ def torch_attention(M: torch.Tensor, known: torch.Tensor, normalization: str = "
         A = torch.softmax(x / tau, dim=-1)
         return torch.nan_to_num(A, nan=0.0) * pair
     W = M * pair
-    if W.numel() and W.min() < 0:
-        raise ValueError(f"normalization='row' needs non-negative weights; the minimum is {W.min().item()!r}")
+    _checks.non_negative(W)
     sums = W.sum(-1, keepdim=True)
     A = W / torch.where(sums == 0, torch.ones_like(sums), sums)
     zero = (sums[..., 0] == 0) & known
@@ -255,8 +254,7 @@ def torch_causal_weights(M: torch.Tensor, normalization: str = "none", *,
     if normalization == "none":
         return torch.cumsum(M, 1) * lower
     if normalization == "row":
-        if M.numel() and M.min() < 0:
-            raise ValueError(f"normalization='row' needs non-negative weights; the minimum is {M.min().item()!r}")
+        _checks.non_negative(M)
         prefix = torch.cumsum(M, 2).transpose(1, 2)                     # [t, r]
         zero = (prefix == 0) & lower
         W = torch.where(lower & ~zero, 1.0 / torch.where(prefix == 0, torch.ones_like(prefix), prefix),
