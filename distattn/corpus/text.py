@@ -5,7 +5,7 @@ directories below it, whose names start with ``.``, such as ``.#notes.txt`` or
 ``.ipynb_checkpoints/``, are skipped), or a ``.jsonl`` file whose lines are
 objects with a ``text`` field, an optional integer ``label`` and an optional ``split`` (a
 non-empty name without ``+``, which joins splits when selecting them, and without spaces at its
-ends; ``"all"`` when absent)."""
+ends; ``"all"`` when absent); each of these keys at most once in an object."""
 
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ class TextCorpus(Corpus):
         stats = [p.stat() for p in files]
         # reader 2: a leading UTF-8 byte-order mark is dropped (it was read as part of the first
         # word), so tokens cached by reader 1 are not reused; reader 3 (.jsonl): a null 'split' is
-        # 'all', no longer 'None'
-        return {"corpus": "text", "reader": 3 if self.kind == "jsonl" else 2, "path": str(self.path.resolve()), "kind": self.kind,
+        # 'all', no longer 'None'; reader 4 (.jsonl): a key given twice is refused (the last one was kept)
+        return {"corpus": "text", "reader": 4 if self.kind == "jsonl" else 2, "path": str(self.path.resolve()), "kind": self.kind,
                 **({} if self.encoding == "utf-8" else {"encoding": self.encoding, "line_end": "lf"}),
                 "files": [(str(p.relative_to(self.path)) if self.kind == "dir" else p.name,
                            st.st_size, st.st_mtime_ns, st.st_ctime_ns) for p, st in zip(files, stats)]}
@@ -95,9 +95,14 @@ class TextCorpus(Corpus):
                 if not line.strip():
                     continue
                 try:
-                    obj = json.loads(line)
+                    obj = json.loads(line, object_pairs_hook=_Object.from_pairs)
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{self.path}:{i}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                # json.loads keeps the last of two equal keys: {"text": "a", "text": "b"} was read as "b"
+                twice = [k for k in getattr(obj, "duplicates", ()) if k in ("text", "label", "split")]
+                if twice:
+                    raise ValueError(f"{self.path}:{i}: the key {twice[0]!r} appears more than once in the object; "
+                                     "which value is meant is ambiguous: keep one")
                 if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
                     raise ValueError(f"{self.path}:{i}: each line must be an object with a string 'text' field")
                 if "\\u" in line:      # JSON's \ud800 escape gives a lone surrogate: no text, and no UTF-8
@@ -180,6 +185,20 @@ class TextCorpus(Corpus):
 
     def __repr__(self) -> str:
         return f"TextCorpus({str(self.path)!r}, kind={self.kind!r})"
+
+
+class _Object(dict):
+    """A JSON object that remembers the keys it was given more than once (``duplicates``)."""
+
+    duplicates: tuple = ()
+
+    @classmethod
+    def from_pairs(cls, pairs: list) -> dict:
+        obj = cls(pairs)
+        if len(obj) != len(pairs):
+            seen: set = set()
+            obj.duplicates = tuple(k for k, _ in pairs if k in seen or seen.add(k))
+        return obj
 
 
 def _hidden(relative: Path) -> bool:
