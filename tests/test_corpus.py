@@ -658,6 +658,31 @@ def test_a_utf8_byte_order_mark_is_not_part_of_the_first_word(tmp_path, layout):
     assert corpus.fingerprint()["reader"] >= 2
 
 
+@pytest.mark.parametrize("layout", ["txt", "dir", "jsonl"])
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32",
+                                      "utf-32-le", "utf-32-be"])
+def test_a_byte_order_mark_is_not_part_of_the_first_word_in_any_declared_encoding(tmp_path, layout, encoding):
+    """With utf-16-le/-be and utf-32-le/-be (codecs that keep U+FEFF) the mark stayed on the first
+    word ('\ufeffthe' beside 'the'), and a .jsonl file was refused as invalid JSON."""
+    from distattn.corpus import WhitespaceTokenizer
+    bom = "" if encoding in ("utf-16", "utf-32", "utf-8-sig") else "\ufeff"    # those write one themselves
+    text = '{"text": "the cat"}\n{"text": "the dog"}\n' if layout == "jsonl" else "the cat\nthe dog\n"
+    raw = (bom + text).encode(encoding)
+    if layout == "dir":
+        path = tmp_path / "docs"
+        path.mkdir()
+        (path / "a.txt").write_bytes(raw)
+        (path / "b.txt").write_bytes(raw)
+    else:
+        path = tmp_path / f"a.{layout}"
+        path.write_bytes(raw)
+    corpus = TextCorpus(path, encoding=encoding)
+    tc = tokenize_corpus(corpus, tokenizer=WhitespaceTokenizer(), cache=tmp_path / "cache")
+    assert sorted(tc.types) == ["cat", "dog", "the"]
+    # tokens cached with the mark on the first word are another entry than these
+    assert encoding == "utf-8" or corpus.fingerprint()["bom"] == "dropped"
+
+
 def test_a_directory_corpus_reads_txt_files_whatever_the_case_of_their_suffix(tmp_path):
     """A single B.TXT is a .txt corpus, but rglob("*.txt") left it out of a directory silently."""
     (tmp_path / "sub").mkdir()

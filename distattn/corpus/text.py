@@ -75,7 +75,8 @@ class TextCorpus(Corpus):
         # word), so tokens cached by reader 1 are not reused; reader 3 (.jsonl): a null 'split' is
         # 'all', no longer 'None'; reader 4 (.jsonl): a key given twice is refused (the last one was kept)
         return {"corpus": "text", "reader": 4 if self.kind == "jsonl" else 2, "path": str(self.path.resolve()), "kind": self.kind,
-                **({} if self.encoding == "utf-8" else {"encoding": self.encoding, "line_end": "lf"}),
+                # "bom": a leading U+FEFF is dropped in every encoding (utf-16-le/-be and utf-32-le/-be kept it)
+                **({} if self.encoding == "utf-8" else {"encoding": self.encoding, "line_end": "lf", "bom": "dropped"}),
                 "files": [(str(p.relative_to(self.path)) if self.kind == "dir" else p.name,
                            st.st_size, st.st_mtime_ns, st.st_ctime_ns) for p, st in zip(files, stats)]}
 
@@ -133,11 +134,12 @@ class TextCorpus(Corpus):
                     yield i, self._drop_bom(self._utf8(line.rstrip(b"\r\n"), self.path, i), i)
         else:                                  # decoded before splitting: a UTF-16 newline is two bytes
             for i, line in self._decoded_lines(newline="\n"):
-                yield i, line.rstrip("\r\n").encode("utf-8")
+                yield i, self._drop_bom(line.rstrip("\r\n").encode("utf-8"), i)
 
     def _jsonl_lines(self) -> Iterator[tuple[int, str]]:
         if self.encoding != "utf-8":
-            yield from self._decoded_lines()
+            for i, line in self._decoded_lines():
+                yield i, line[1:] if i == 1 and line.startswith("\ufeff") else line
             return
         with open(self.path, "rb") as fh:             # line by line, so that a bad byte is reported with its line
             for i, raw in enumerate(fh, 1):
@@ -155,11 +157,13 @@ class TextCorpus(Corpus):
                              f"file's encoding as encoding=") from None
 
     def _drop_bom(self, raw: bytes, line: int = 1) -> bytes:
-        """A UTF-8 file's first line without its byte-order mark (U+FEFF, as Windows editors write
-        it): it is no character of the text, and ``str.split`` kept it on the first word
-        (``"\\ufeffthe"``, another type than ``"the"``); other codecs (utf-8-sig, utf-16) drop it
-        when decoding. It is dropped after the UTF-8 check, so that a bad byte's offset counts it."""
-        if line == 1 and self.encoding == "utf-8" and raw.startswith(codecs.BOM_UTF8):
+        """A file's first line (as UTF-8 bytes) without its byte-order mark (U+FEFF, as Windows
+        editors write it): it is no character of the text, and ``str.split`` kept it on the first
+        word (``"\\ufeffthe"``, another type than ``"the"``). Some codecs (utf-8-sig, utf-16,
+        utf-32) drop it when decoding, others keep it (utf-8, utf-16-le/-be, utf-32-le/-be): it is
+        dropped here whatever the encoding. In UTF-8 it is dropped after the UTF-8 check, so that a
+        bad byte's offset counts it."""
+        if line == 1 and raw.startswith(codecs.BOM_UTF8):
             return raw[len(codecs.BOM_UTF8):]
         return raw
 
