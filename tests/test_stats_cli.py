@@ -45,6 +45,25 @@ def test_text_corpus_with_embeddings(capsys, tmp_path, monkeypatch):
     assert (stats.cooc != sp.load_npz(tmp_path / "o" / "cooc.npz")).nnz == 0
 
 
+def test_a_text_corpus_records_no_imdb_split_and_shares_the_cached_counts(capsys, tmp_path, monkeypatch):
+    """StatsConfig(corpus="text") kept split="train+test+unsup": stats.json claimed an IMDB split for
+    the user's own file, and the split went into the cache key, so the Python default and the
+    command line (which passes "") counted the same documents twice under two keys."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b c d a b\nc d e f a\nb c a d e\n")
+    code, _, err = run_cli(["--corpus", "text", "--path", str(corpus), "--window", "2"], capsys)
+    assert code == 0, err
+    config = StatsConfig(corpus="text", path=str(corpus), window=2)
+    assert config.split is None and StatsConfig(corpus="paper").split is None
+    assert StatsConfig().split == StatsConfig(corpus="imdb").split == "train+test+unsup"    # IMDB as before
+    monkeypatch.setattr("distattn.stats.pipeline.cooccurrence",
+                        lambda *a, **k: pytest.fail("the command line's cached counts were not reused"))
+    build_statistics(config, progress=False).save(tmp_path / "o")
+    assert json.loads((tmp_path / "o" / "stats.json").read_text())["config"]["split"] is None
+    with pytest.raises(ValueError, match=r"split='train' is only used with corpus='imdb', not corpus='text'"):
+        StatsConfig(corpus="text", path=str(corpus), split="train").validate()     # it was ignored
+
+
 def test_a_run_without_embeddings_leaves_no_earlier_embeddings_in_out(capsys, tmp_path):
     # --out held the first run's embeddings.npy (8 rows) beside the second run's vocab.json (6 ids)
     (tmp_path / "a.txt").write_text("a b c d a b\nc d e f a\nb c a d e\n")

@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     counting = {"--vocab-size": args.vocab_size, "--min-count": args.min_count, "--window": args.window,
                 "--weighting": args.weighting, "--directional": args.directional or None, "--oov": args.oov}
     split = d.split if args.split is None else args.split
-    cfg = StatsConfig(corpus=args.corpus, path=args.path, split=split if args.corpus == "imdb" else "",
+    cfg = StatsConfig(corpus=args.corpus, path=args.path, split=split if args.corpus == "imdb" else None,
                       data_dir=args.data_dir,
                       vocab_size=d.vocab_size if args.vocab_size is None else args.vocab_size,
                       min_count=d.min_count if args.min_count is None else args.min_count,

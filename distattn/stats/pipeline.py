@@ -30,6 +30,8 @@ from distattn.stats.weighting import ppmi
 
 log = logging.getLogger(__name__)
 
+IMDB_SPLIT = "train+test+unsup"      # StatsConfig's split when the corpus is IMDB and none is given
+
 
 @dataclass
 class StatsConfig:
@@ -37,7 +39,7 @@ class StatsConfig:
 
     corpus: str = "imdb"
     path: str | None = None            # --corpus text
-    split: str = "train+test+unsup"    # --corpus imdb
+    split: str | None = None           # --corpus imdb only: IMDB_SPLIT when not given; None for the others
     data_dir: str | None = None
     vocab_size: int = 30_000           # regular words, specials not counted
     min_count: int = 1
@@ -50,12 +52,23 @@ class StatsConfig:
     svd_dim: int = 0                   # 0: no embeddings
     eig: float = 0.5
 
+    def __post_init__(self):
+        # the IMDB default was kept for a text or paper corpus too: stats.json recorded an IMDB split
+        # for a user's own file, and its cache key differed from the command line's ("") for nothing
+        if self.split is None and self.corpus == "imdb":
+            self.split = IMDB_SPLIT
+        elif self.split == "" and self.corpus != "imdb":    # the command line's "not given"
+            self.split = None
+
     def validate(self) -> "StatsConfig":
         def bad(name, allowed):
             raise ValueError(f"{name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
         if self.corpus == "text" and not self.path:
             raise ValueError("--corpus text needs --path FILE_OR_DIR")
         check_corpus_options(self.corpus, self.path, self.data_dir)
+        if self.split is not None and self.corpus != "imdb":     # it was silently ignored
+            raise ValueError(f"split={self.split!r} is only used with corpus='imdb', not corpus={self.corpus!r}; "
+                             "allowed: None")
         for name in ("vocab_size", "min_count", "window"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -169,7 +182,8 @@ def build_statistics(config: StatsConfig, cache: bool = True, progress: bool = T
         timings["vocabulary"] = time.perf_counter() - t
         _check_svd_dim(config.svd_dim, len(vocab))     # it failed in the SVD, after the counting
         n_docs, n_tokens = len(tc), tc.n_tokens
-        key = config_hash({"tokens": tc.source, "split": config.split, "vocab": vocab.fingerprint(),
+        # a text corpus has no split: "" as the command line gave it, which keeps its cached counts
+        key = config_hash({"tokens": tc.source, "split": config.split or "", "vocab": vocab.fingerprint(),
                            "window": config.window, "weighting": config.weighting, "symmetric": config.symmetric,
                            "oov": config.oov, "format": 1})
         entry = cache_dir() / "stats" / f"cooc-{key}.npz"
