@@ -103,6 +103,16 @@ def test_vocabulary_from_no_tokens_is_refused():
         Vocabulary.build([[], []])
 
 
+@pytest.mark.parametrize("bad", [4, 99, -2, np.int64(-7)])
+def test_vocabulary_decode_refuses_an_id_out_of_range_naming_it_and_the_range(bad):
+    """decode gave '<unk>' for any id outside the vocabulary (a caller's bug, e.g. ids of another
+    vocabulary) without a word; -1, encode(oov="negative")'s out-of-vocabulary marker, still gives '<unk>'."""
+    vocab = Vocabulary(["a", "b"])
+    assert vocab.decode(vocab.encode(["a", "zz", "b"], oov="negative")) == ["a", "<unk>", "b"]
+    with pytest.raises(IndexError, match=rf"ids\[2\] = {int(bad)} is not an id of this vocabulary; allowed: 0 to 3"):
+        vocab.decode(np.array([2, 3, bad, 100]))
+
+
 def test_vocabulary_json_roundtrip(tmp_path):
     v = Vocabulary.build([["x", "y", "x", "é"]])
     v.save(tmp_path / "v.json")

@@ -188,7 +188,20 @@ class Vocabulary:
         return ids
 
     def decode(self, ids: Iterable[int]) -> list[str]:
-        return [self.itos[int(i)] if 0 <= int(i) < len(self.itos) else UNK for i in ids]
+        """Ids to token strings. -1 (the out-of-vocabulary marker of ``encode(oov="negative")``)
+        gives ``"<unk>"``; any other id outside ``[0, len(self))`` is an IndexError naming it (it
+        gave ``"<unk>"`` too: ids of another vocabulary read as unknown words without a word)."""
+        words = []
+        for pos, i in enumerate(ids):
+            i = int(i)
+            if 0 <= i < len(self.itos):
+                words.append(self.itos[i])
+            elif i == -1:
+                words.append(UNK)
+            else:
+                raise IndexError(f"ids[{pos}] = {i} is not an id of this vocabulary; allowed: 0 to {len(self.itos) - 1}, "
+                                 f"or -1 (out of vocabulary, decoded as {UNK!r})")
+        return words
 
     # persistence --------------------------------------------------------------------------
     def to_dict(self) -> dict:
