@@ -339,6 +339,25 @@ def test_a_jsonl_field_given_twice_is_refused_naming_file_line_and_key(tmp_path,
     assert [d.text for d in TextCorpus(j)] == ["fine"]
 
 
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16"])
+def test_empty_and_blank_records_are_documents_without_tokens_and_blank_jsonl_lines_are_skipped(tmp_path, encoding):
+    """The rule the module docstring and the README state, the same in every encoding: a .txt line,
+    a directory's file and a .jsonl object are each a document, even without text."""
+    t = tmp_path / "a.txt"
+    t.write_bytes("the cat\n\n  \r\nthe dog\n".encode(encoding))
+    assert [(d.name, len(tokenize_to_bytes(unicode_tokenizer(), d.text))) for d in TextCorpus(t, encoding)] == \
+        [("line1", 2), ("line2", 0), ("line3", 0), ("line4", 2)]
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_bytes("the cat".encode(encoding))
+    (tmp_path / "d" / "b.txt").write_bytes(b"")
+    assert [d.name for d in TextCorpus(tmp_path / "d", encoding)] == ["a.txt", "b.txt"]
+    j = tmp_path / "a.jsonl"
+    j.write_bytes('{"text": "the cat"}\n\n  \n{"text": ""}\n{"text": " "}\n'.encode(encoding))
+    assert [d.name for d in TextCorpus(j, encoding)] == ["line1", "line4", "line5"]
+    tc = tokenize_corpus(TextCorpus(t, encoding), cache=False)
+    assert len(tc) == 4 and tc.n_tokens == 4
+
+
 def test_registry():
     names = available_corpora()
     assert {"imdb", "text", "paper"} <= set(names)

@@ -5,7 +5,13 @@ directories below it, whose names start with ``.``, such as ``.#notes.txt`` or
 ``.ipynb_checkpoints/``, are skipped), or a ``.jsonl`` file whose lines are
 objects with a ``text`` field, an optional integer ``label`` and an optional ``split`` (a
 non-empty name without ``+``, which joins splits when selecting them, and without spaces at its
-ends; ``"all"`` when absent); each of these keys at most once in an object."""
+ends; ``"all"`` when absent); each of these keys at most once in an object.
+
+Every record is one document, in file order, even one without text: an empty or blank line of a
+``.txt`` file, an empty file of a directory and a ``.jsonl`` object with ``"text": ""`` are
+documents without tokens (so document k of a ``.txt`` file is its line k + 1, named ``line{k+1}``).
+A blank line of a ``.jsonl`` file holds no object and is skipped (its documents are named after
+their lines, ``line{i}``)."""
 
 from __future__ import annotations
 
