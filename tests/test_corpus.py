@@ -180,6 +180,20 @@ def test_regex_tokenizer_keeps_capitals_when_it_does_not_lowercase():
     assert RegexTokenizer(pattern="[a-z]+", lowercase=False)("Hello") == ["ello"]   # an explicit pattern is kept
 
 
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_a_regex_tokenizer_pattern_with_groups_keeps_whole_matches(as_bytes):
+    """re.findall returns a pattern's groups, not its matches: [a-z]+('[a-z]+)? gave ['', "'t", ''] for
+    "i don't know" (the group, mostly empty) and ([a-z']+)|([0-9]+) tuples, which tokenizing failed on."""
+    def tokens(tokenizer, text):
+        return [t.decode() for t in tokenize_to_bytes(tokenizer, text.encode() if as_bytes else text)]
+    one, two = RegexTokenizer(pattern=r"[a-z]+('[a-z]+)?"), RegexTokenizer(pattern=r"([a-z']+)|([0-9]+)")
+    assert tokens(one, "I don't KNOW 42") == ["i", "don't", "know"]
+    assert tokens(two, "I don't KNOW 42") == ["i", "don't", "know", "42"]
+    assert tokens(two, "Ça n'est 42") == ["a", "n'est", "42"]           # not ASCII: the str path
+    # tokens cached under the old rule (the groups) are another entry than these
+    assert one.config() != {**RegexTokenizer(pattern=r"[a-z]+(?:'[a-z]+)?").config(), "pattern": r"[a-z]+('[a-z]+)?"}
+
+
 @pytest.mark.parametrize("label, shown", [(200, "200"), (-2, "-2"), ("pos", "'pos'"), (True, "True"), (1.5, "1.5")])
 def test_document_labels_outside_int8_classes_are_refused_by_name(label, shown):
     """Labels are stored as int8: 200 once raised numpy's bare OverflowError."""

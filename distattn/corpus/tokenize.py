@@ -38,7 +38,7 @@ class RegexTokenizer:
     pattern : str, optional
         Regular expression for a token, applied after lowercasing. Default ``[a-z0-9']+``, or
         ``[A-Za-z0-9']+`` with ``lowercase=False`` (the lower-case class alone would cut capitals
-        out of words).
+        out of words). A token is a whole match, also for a pattern with groups.
     lowercase : bool, default True
     strip : tuple of str
         Substrings replaced by a space before matching (default ``("<br />",)``).
@@ -65,6 +65,8 @@ class RegexTokenizer:
             self._bre = re.compile(pattern.encode("ascii")) if fast else None
         except re.error:        # valid for str only (\u00e9, \N{...}, (?u)): every text takes the str path
             self._bre = None
+        # re.findall gives a pattern's groups, not its matches ([a-z]+('[a-z]+)? gave '' for most words)
+        self._groups = self._re.groups > 0
         # the one place a str pattern and its bytes copy differ on ASCII text: str \s also
         # matches the separators \x1c-\x1f (str.isspace()), bytes \s does not
         self._check_separators = self._bre is not None and ("\\s" in pattern or "\\S" in pattern)
@@ -73,8 +75,10 @@ class RegexTokenizer:
         # a pattern with \s or \S tokenized text holding \x1c-\x1f differently before the bytes fast
         # path fell back to str for it: such a pattern's cache key carries the fixed path's version
         separators = {"separators": 2} if ("\\s" in self.pattern or "\\S" in self.pattern) else {}
+        # a pattern with groups once gave the groups (findall): its whole-match tokens are cached apart
+        matches = {"matches": "whole"} if self._groups else {}
         return {"kind": "regex", "pattern": self.pattern, "lowercase": self.lowercase,
-                "strip": list(self.strip), **separators, **_subclass(self, RegexTokenizer)}
+                "strip": list(self.strip), **separators, **matches, **_subclass(self, RegexTokenizer)}
 
     def __repr__(self) -> str:
         return f"RegexTokenizer(pattern={self.pattern!r}, lowercase={self.lowercase}, strip={self.strip!r})"
@@ -84,6 +88,8 @@ class RegexTokenizer:
             text = text.lower()
         for s in self.strip:
             text = text.replace(s, " ")
+        if self._groups:
+            return [m.group() for m in self._re.finditer(text)]
         return self._re.findall(text)
 
     def tokenize_bytes(self, raw: bytes) -> list[bytes]:
@@ -99,6 +105,8 @@ class RegexTokenizer:
                 raw = raw.lower()
             for s in self._bstrip:
                 raw = raw.replace(s, b" ")
+            if self._groups:
+                return [m.group() for m in self._bre.finditer(raw)]
             return self._bre.findall(raw)
         return [t.encode("utf-8") for t in self(raw.decode("utf-8", errors="replace"))]
 
