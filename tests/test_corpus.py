@@ -194,6 +194,14 @@ def test_a_regex_tokenizer_pattern_with_groups_keeps_whole_matches(as_bytes):
     assert one.config() != {**RegexTokenizer(pattern=r"[a-z]+(?:'[a-z]+)?").config(), "pattern": r"[a-z]+('[a-z]+)?"}
 
 
+@pytest.mark.parametrize("pattern", [r"[a-z]*", r"\w*", r"(?:[a-z]+)?"])
+def test_a_regex_tokenizer_pattern_that_matches_the_empty_string_is_refused(pattern):
+    """[a-z]* gave an empty token at every character it did not match ('ab, cd' -> ['ab', '', '', 'cd',
+    '']), and '' became the most frequent word of the vocabulary."""
+    with pytest.raises(ValueError, match=re.escape(f"pattern={pattern!r} matches the empty string")):
+        RegexTokenizer(pattern=pattern)
+
+
 @pytest.mark.parametrize("label, shown", [(200, "200"), (-2, "-2"), ("pos", "'pos'"), (True, "True"), (1.5, "1.5")])
 def test_document_labels_outside_int8_classes_are_refused_by_name(label, shown):
     """Labels are stored as int8: 200 once raised numpy's bare OverflowError."""

@@ -38,7 +38,8 @@ class RegexTokenizer:
     pattern : str, optional
         Regular expression for a token, applied after lowercasing. Default ``[a-z0-9']+``, or
         ``[A-Za-z0-9']+`` with ``lowercase=False`` (the lower-case class alone would cut capitals
-        out of words). A token is a whole match, also for a pattern with groups.
+        out of words). A token is a whole match, also for a pattern with groups; a pattern that
+        matches the empty string is refused.
     lowercase : bool, default True
     strip : tuple of str
         Substrings replaced by a space before matching (default ``("<br />",)``).
@@ -59,6 +60,10 @@ class RegexTokenizer:
             self._re = re.compile(pattern)
         except re.error as exc:
             raise ValueError(f"pattern={pattern!r} is not a valid regular expression: {exc}") from None
+        if self._re.fullmatch("") is not None:       # an empty token at every character it did not match
+            raise ValueError(f"pattern={pattern!r} matches the empty string, which would give an empty token "
+                             "between every two words; allowed: a pattern that needs a character, e.g. '+' "
+                             "instead of '*'")
         # a subclass that overrides __call__ (e.g. to stem) must see every text: no fast path
         fast = pattern.isascii() and type(self).__call__ is RegexTokenizer.__call__
         try:
