@@ -80,6 +80,19 @@ def test_classification_batches_and_truncation():
     assert ClassificationData(docs, [1, 0], max_len=6, pad_multiple=4).batch([1])["ids"].shape == (1, 4)
 
 
+@pytest.mark.parametrize("head_fraction, kept", [
+    (0, [8, 9, 10, 11]),             # tail only (kept the first token: [2, 9, 10, 11])
+    (0.0, [8, 9, 10, 11]),
+    (0.1, [2, 9, 10, 11]),           # a positive share keeps at least one head token
+    (0.5, [2, 3, 10, 11]),
+    (1, [2, 3, 4, 5]),               # head only
+    (1.0, [2, 3, 4, 5]),
+])
+def test_head_tail_truncation_honours_the_boundary_fractions(head_fraction, kept):
+    data = ClassificationData([np.arange(2, 12)], [1], max_len=4, truncation="head+tail", head_fraction=head_fraction)
+    assert data.batch([0])["ids"].tolist() == [kept]
+
+
 def test_classification_data_bad_input():
     docs = [np.arange(2, 12), np.array([5, 6])]
     with pytest.raises(ValueError, match="longer than max_len=6"):

@@ -144,8 +144,9 @@ class ClassificationData:
     truncation : {"head", "head+tail", "error"}
         ``"head"`` keeps the first ``max_len`` tokens (the seed); ``"head+tail"`` keeps the first
         ``head_fraction·max_len`` and the last ones; ``"error"`` refuses longer documents.
-    head_fraction : float in (0, 1), default 0.25
-        ``"head+tail"``: the share of ``max_len`` taken from the start.
+    head_fraction : float in [0, 1], default 0.25
+        ``"head+tail"``: the share of ``max_len`` taken from the start (at least one token when it is
+        above 0); 0 keeps the tail only, 1 the head only.
     pad_id : int, default 0
         Fills the batches beyond each document (the models' ``padding_idx``).
     vocab_size : int, optional
@@ -187,7 +188,10 @@ class ClassificationData:
         _check_special(pad_id, "pad_id", vocab_size)
         max_len, pad_multiple = int(max_len), int(pad_multiple)          # np.int64 (lengths.max()) is fine
         self.max_len, self.truncation, self.pad_id, self.pad_multiple = max_len, truncation, pad_id, pad_multiple
-        self.head = max(1, int(round(head_fraction * max_len))) if truncation == "head+tail" else max_len
+        self.head = max_len
+        if truncation == "head+tail":      # head_fraction=0 kept one head token (max(1, 0)), not the tail only
+            self.head = int(round(head_fraction * max_len))
+            self.head = max(1, self.head) if head_fraction > 0 else 0
         self.lengths = np.minimum(lengths, max_len)
 
     def __len__(self) -> int:
