@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from distattn.corpus.ragged import RaggedIds
 from distattn.models import LMConfig, TransformerClassifier, TransformerLM, seed_classifier_config
@@ -133,6 +134,28 @@ def test_lr_schedule_warms_up_then_decays():
     assert f[:4] == [0.25, 0.5, 0.75, 1.0] and f[4] == 1.0
     assert all(a >= b for a, b in zip(f[4:], f[5:])) and abs(f[-1] - 0.1) < 0.01
     assert lr_factor(10, 20, seed_train_config()) == 1.0
+
+
+@pytest.mark.parametrize("schedule, want", [
+    ("linear", [0.5, 1.0, 1.0, 0.82, 0.64, 0.46, 0.28, 0.1]),
+    ("cosine", [0.5, 1.0] + [0.1 + 0.45 * (1 + math.cos(math.pi * k / 5)) for k in range(6)]),
+    ("constant", [0.5] + [1.0] * 7),
+])
+def test_lr_schedule_used_by_the_optimizer_ends_at_the_floor(schedule, want):
+    """The learning rate each optimizer step used: warm-up from lr/warmup_steps to lr, then the decay down
+    to min_lr_ratio x lr at the last step (the decay counted one step too many: the last step's lr stayed
+    above the floor, 0.28 instead of 0.1 here with the linear schedule)."""
+    docs, y = toy_docs(64)
+    used = []
+    hook = register_optimizer_step_pre_hook(
+        lambda opt, args, kwargs: used.append(opt.param_groups[0]["lr"]))
+    try:
+        Trainer(tiny_classifier(), ClassificationTask(ClassificationData(docs, y, max_len=16)),
+                quiet(epochs=1, batch_size=8, lr=1.0, warmup_steps=2, schedule=schedule, min_lr_ratio=0.1)).fit()
+    finally:
+        hook.remove()
+    assert used == pytest.approx(want)
+    assert lr_factor(0, 1, quiet(min_lr_ratio=0.1)) == 1.0          # a one-step run trains at lr
 
 
 def test_train_config_errors_name_the_value():
@@ -897,7 +920,8 @@ def test_epochs_of_different_lengths_train_the_epochs_asked_for(sizes):
     steps = [sizes[0] // 8, (sizes[0] + sizes[1]) // 8]
     assert [h["epoch"] for h in out["history"]] == [1, 2]
     assert [h["step"] for h in out["history"]] == steps and out["summary"]["steps"] == steps[1]
-    assert out["history"][-1]["lr"] == pytest.approx(3e-4 * (0.5 + 0.5 / (steps[1] - 1)))   # one step from the end
+    assert out["history"][0]["lr"] == pytest.approx(3e-4 * (1 - 0.5 * (steps[0] - 2) / (steps[1] - 2)))
+    assert out["history"][-1]["lr"] == pytest.approx(3e-4 * 0.5)           # the last step is at the floor
 
 
 def test_many_epochs_under_a_small_max_steps_plan_only_the_epochs_that_run():

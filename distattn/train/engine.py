@@ -203,12 +203,15 @@ def _destroy_process_group() -> None:
 
 
 def lr_factor(step: int, total: int, config: TrainConfig) -> float:
-    """Multiplier of ``config.lr`` at ``step`` (0-based): linear warm-up, then the schedule down to ``min_lr_ratio``."""
+    """Multiplier of ``config.lr`` at ``step`` (0-based, of ``total``): linear warm-up from ``1 / warmup_steps``
+    to 1 at step ``warmup_steps - 1``, then the schedule from 1 at step ``warmup_steps`` down to ``min_lr_ratio``
+    at the last step, ``total - 1``."""
     if step < config.warmup_steps:
         return (step + 1) / config.warmup_steps
     if config.schedule == "constant":
         return 1.0
-    p = min(1.0, (step - config.warmup_steps) / max(1, total - config.warmup_steps))
+    # the last step is total - 1: over total - warmup_steps its lr stayed one step above the floor
+    p = min(1.0, (step - config.warmup_steps) / max(1, total - 1 - config.warmup_steps))
     lo = config.min_lr_ratio
     if config.schedule == "linear":
         return 1.0 - (1.0 - lo) * p
