@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,6 +166,40 @@ def test_train_config_errors_name_the_value():
         TrainConfig(batch_size=0).validate()
     want = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     assert pick_device().type == want and pick_device("cpu").type == "cpu"
+
+
+def test_pick_device_refuses_a_cuda_index_beyond_the_visible_devices(monkeypatch):
+    """cuda:N was not checked against device_count(): a bad index failed later, at the first tensor moved
+    there, with CUDA's 'invalid device ordinal'."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert pick_device("cuda:1") == torch.device("cuda", 1) and pick_device("cuda") == torch.device("cuda")
+    with pytest.raises(ValueError, match=r"device='cuda:2' was requested but this machine has 2 CUDA devices; "
+                                         r"allowed: 'cuda' or 'cuda:0' to 'cuda:1'"):
+        pick_device("cuda:2")
+
+
+@pytest.mark.parametrize("requested", ["cpu:0", "cuda:-1", "cuda:x", "gpu", "CPU", None, 0])
+def test_pick_device_names_the_value_and_what_is_allowed(requested, monkeypatch):
+    """torch's errors were 'Invalid device string', a list of every device type torch knows ('gpu') or a
+    TypeError (None); 'cpu:0' was taken although TrainConfig refuses it."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=re.escape(f"device={requested!r} is invalid; allowed: 'auto', 'cpu', "
+                                                   f"'cuda', 'cuda:N' or 'mps'")):
+        pick_device(requested)
+
+
+def test_pick_device_says_what_is_allowed_without_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"device='cuda:0' was requested but CUDA is not available; allowed here: "
+                                         r"'auto', 'cpu'$"):
+        pick_device("cuda:0")
+    with pytest.raises(ValueError, match=r"device='mps' was requested but MPS is not available .*allowed here: "
+                                         r"'auto', 'cpu'$"):
+        pick_device("mps")
+    assert pick_device(torch.device("cpu")) == torch.device("cpu")
 
 
 # -- training ---------------------------------------------------------------------------------------

@@ -154,11 +154,24 @@ def _result_settings(train: dict) -> dict:
 # -- small helpers -------------------------------------------------------------------------------
 
 def pick_device(requested: str = "auto", local_rank: int = 0) -> torch.device:
-    """cuda (this process's GPU under torchrun), then mps, then cpu."""
+    """cuda (this process's GPU under torchrun), then mps, then cpu; or ``requested``: 'cpu', 'cuda',
+    'cuda:N' or 'mps' (refused when this machine has no such device)."""
+    text = str(requested) if isinstance(requested, torch.device) else requested
+    # torch's own errors named every device type it knows ('gpu'), a bare 'Invalid device string' ('cuda:x',
+    # 'cuda:-1') or a TypeError (None)
+    if not isinstance(text, str) or not (text in ("auto", "cpu", "cuda", "mps") or re.fullmatch(r"cuda:\d+", text)):
+        raise ValueError(f"device={requested!r} is invalid; allowed: 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
     if requested != "auto":
         dev = torch.device(requested)
         if dev.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device={requested!r} was requested but CUDA is not available")
+            mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+            raise ValueError(f"device={requested!r} was requested but CUDA is not available; allowed here: 'auto', "
+                             f"'cpu'{', ' + repr('mps') if mps else ''}")
+        if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+            # it failed later, at the first tensor moved there, with CUDA's 'invalid device ordinal'
+            n = torch.cuda.device_count()
+            raise ValueError(f"device={requested!r} was requested but this machine has {n} CUDA device"
+                             f"{'s' if n != 1 else ''}; allowed: 'cuda' or 'cuda:0' to 'cuda:{n - 1}'")
         if dev.type == "mps" and not (getattr(torch.backends, "mps", None) is not None
                                       and torch.backends.mps.is_available()):
             raise ValueError(f"device={requested!r} was requested but MPS is not available (it needs Apple silicon "
