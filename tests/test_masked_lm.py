@@ -345,3 +345,14 @@ def test_masking_options_are_checked_by_type_and_value():
                         ({"replace": (float("nan"), 0.1)}, r"replace=\(p_mask, p_random\) must be >= 0")):
         with pytest.raises(ValueError, match=message):
             MaskedLMData(random_docs(), seq_len=16, mask_id=MASK, **kw)
+
+
+@pytest.mark.parametrize("kw, bad", [({"bos_id": -1, "oov_id": 1}, "bos_id=-1"), ({"bos_id": -3}, "bos_id=-3"),
+                                     ({"bos_id": MASK}, f"bos_id={MASK}"), ({"bos_id": 2.5}, "bos_id=2.5"),
+                                     ({"oov_id": MASK + 2}, f"oov_id={MASK + 2}"), ({"oov_id": -2}, "oov_id=-2")])
+def test_masked_data_checks_bos_and_oov_ids_against_mask_id(kw, bad):
+    """bos_id and oov_id were not checked: bos_id=-1 with oov_id=1 turned every document separator into the
+    OOV id silently, bos_id=2.5 became 2 in the stream, an oov_id outside [0, mask_id) was taken, and a bad
+    bos_id was blamed on the documents ('documents ... hold negative token id -3')."""
+    with pytest.raises(ValueError, match=rf"{bad} is invalid; allowed: a token id in \[0, mask_id={MASK}\)"):
+        MaskedLMData([np.array([2, 3, 4, 5]), np.array([6, 7, 8])], seq_len=3, mask_id=MASK, **kw)

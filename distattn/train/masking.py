@@ -57,6 +57,12 @@ class MaskedLMData:
             raise ValueError(f"mask_id must be an integer >= 1; got {mask_id!r}")
         if isinstance(mask_prob, bool) or not isinstance(mask_prob, numbers.Real) or not 0 < mask_prob < 1:
             raise ValueError(f"mask_prob must be a number in (0, 1); got {mask_prob!r}")   # np.float32 too
+        for name, value in (("bos_id", bos_id), ("oov_id", oov_id)):
+            # unchecked, bos_id=-1 with oov_id=1 made every separator the OOV id, and a bad bos_id was
+            # blamed on the documents
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                                      or not 0 <= value < mask_id):
+                raise ValueError(f"{name}={value!r} is invalid; allowed: a token id in [0, mask_id={mask_id})")
         p_mask, p_random = (float(x) for x in replace)
         if not (p_mask >= 0 and p_random >= 0 and p_mask + p_random <= 1):     # NaN once passed: nothing was masked
             raise ValueError(f"replace=(p_mask, p_random) must be >= 0 with a sum <= 1; got {replace!r}")
