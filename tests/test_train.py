@@ -307,10 +307,24 @@ def test_checkpoint_frequency_is_runtime_only(tmp_path):
     assert old["summary"]["steps"] == 4 and old["summary"]["steady_tokens_per_s"] == \
         first["summary"]["steady_tokens_per_s"]
     load_checkpoint(tmp_path / "checkpoint.pt", tiny_classifier(),
-                    {"train": quiet(epochs=2, batch_size=8, checkpoint_every=5).to_dict()} | {
+                    {"train": quiet(epochs=2, batch_size=8, checkpoint_every=5).fingerprint()} | {
                         "model": Trainer(tiny_classifier(), task, quiet()).fingerprint()["model"]})
     with pytest.raises(CheckpointMismatchError, match=r"train.max_steps: checkpoint None, this run 3"):
         Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8, max_steps=3), out_dir=tmp_path).fit()
+
+
+def test_checkpoint_of_the_earlier_lr_schedule_is_refused(tmp_path):
+    """lr_factor once stopped one step above min_lr_ratio: a checkpoint written then (no lr_schedule
+    in its fingerprint) would resume on another schedule, so it is refused, naming the version."""
+    docs, y = toy_docs(16)
+    task = ClassificationTask(ClassificationData(docs, y, max_len=16))
+    Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8, max_steps=1), out_dir=tmp_path).fit()
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert ckpt["fingerprint"]["train"]["lr_schedule"] == 2
+    del ckpt["fingerprint"]["train"]["lr_schedule"]                     # as checkpoints of version 1 hold it
+    torch.save(ckpt, tmp_path / "checkpoint.pt")
+    with pytest.raises(CheckpointMismatchError, match=r"train.lr_schedule: checkpoint None, this run 2"):
+        Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8, max_steps=1), out_dir=tmp_path).fit()
 
 
 KILL_SCRIPT = textwrap.dedent("""

@@ -46,6 +46,7 @@ PRECISIONS = ("auto", "bf16", "fp32")
 DECAYS = ("matrices", "all")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CHECKPOINT_FORMAT = 1
+LR_SCHEDULE_VERSION = 2    # lr_factor: 2 reaches min_lr_ratio at the last step (1 stopped one step above it)
 # settings that change how a run is carried out but not what it computes: a checkpoint written under
 # one value resumes under another (e.g. a longer run resumed with more frequent checkpoints)
 RUNTIME_ONLY = ("device", "compile", "progress", "quiet", "log_every", "resume", "checkpoint_every")
@@ -143,8 +144,11 @@ class TrainConfig:
         return d
 
     def fingerprint(self) -> dict:
-        """The settings that decide what a run computes: ``to_dict()`` less RUNTIME_ONLY."""
-        return _result_settings(self.to_dict())
+        """The settings that decide what a run computes: ``to_dict()`` less RUNTIME_ONLY, and the
+        version of :func:`lr_factor` (2: the decay reaches ``min_lr_ratio`` at the last step; a
+        checkpoint of version 1 would resume on another schedule, and a cached model trained on it
+        would be reused)."""
+        return {**_result_settings(self.to_dict()), "lr_schedule": LR_SCHEDULE_VERSION}
 
 
 def _result_settings(train: dict) -> dict:
@@ -306,7 +310,9 @@ def load_model(path, model: nn.Module | None = None) -> nn.Module:
 
 
 def load_checkpoint(path, model: nn.Module, expected_fingerprint: dict | None = None) -> dict:
-    """Load a training checkpoint's weights into ``model`` after checking its fingerprint."""
+    """Load a training checkpoint's weights into ``model`` after checking its fingerprint against
+    ``expected_fingerprint`` (parts of :meth:`Trainer.fingerprint`: ``{"model": ..., "train":
+    TrainConfig.fingerprint(), ...}``; by default the model's config only)."""
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or "fingerprint" not in ckpt:
         raise ValueError(f"{path} is not a distattn training checkpoint (format {CHECKPOINT_FORMAT})")
