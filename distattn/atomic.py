@@ -7,8 +7,11 @@ characters than letters, digits and ``_`` or more than 32, shortened, those made
 it added). Each later atomic write into the same directory removes such temporaries (of any target
 there) when they are provably abandoned: written on this host by a process that no longer exists
 (not this one), and last modified more than ``STALE_TEMP_AGE`` seconds ago (a guard against another
-PID namespace under the same host name). Anything else there stays: other hosts' temporaries, older
-names without an owner, a download's ``NAME.part``. A failure while sweeping never fails the write.
+PID namespace under the same host name). Another host's temporary (a shared file system, or a
+container that got a new host name when it restarted), whose writer cannot be asked, is removed
+when nothing in it was modified for more than ``STALE_FOREIGN_TEMP_AGE`` seconds (a day). Anything
+else there stays: younger temporaries of other hosts, older names without an owner, a download's
+``NAME.part``. A failure while sweeping never fails the write.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any, Iterator
 _UMASK_LOCK = threading.Lock()
 
 STALE_TEMP_AGE = 3600.0     # seconds: a dead writer's temporary younger than this is left alone
+STALE_FOREIGN_TEMP_AGE = 86400.0    # seconds: another host's temporary untouched for longer is removed
 
 
 def _host() -> str:
@@ -59,23 +63,41 @@ def _dead(pid: int) -> bool:
     return False
 
 
-def _sweep(directory: Path) -> None:
-    """Remove the temporaries in ``directory`` left by dead writers on this host (module docstring).
+def _newest_mtime(entry: os.DirEntry) -> float:
+    """The last modification of ``entry`` or, for a directory, of anything in it (a writer may still
+    be filling it though its own mtime is old)."""
+    newest = entry.stat(follow_symlinks=False).st_mtime
+    if entry.is_dir(follow_symlinks=False):
+        for root, dirs, files in os.walk(entry.path):
+            for name in dirs + files:
+                with contextlib.suppress(OSError):
+                    newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
+    return newest
 
-    A name matches only in full: ``.NAME.HOST-PID.RANDOM.part`` and the caller's suffix, with this
-    host's tag and dot-free PID and RANDOM parts, so a download's ``NAME.part``, another host's
-    temporary or a user's file is never taken for one."""
+
+def _sweep(directory: Path) -> None:
+    """Remove the temporaries in ``directory`` left by dead writers on this host, and other hosts'
+    old ones (module docstring).
+
+    A name matches only in full: ``.NAME.HOST-PID.RANDOM.part`` and the caller's suffix, with a
+    host tag and dot-free PID and RANDOM parts, so a download's ``NAME.part`` or a user's file is
+    never taken for one."""
     if os.name != "posix":                          # os.kill(pid, 0) would end the process elsewhere
         return
-    pattern = re.compile(r"\..+" + re.escape(f".{_host()}-") + r"([0-9]+)\.[A-Za-z0-9_]+\.part.*", re.DOTALL)
+    pattern = re.compile(r"\..+\.([A-Za-z0-9_]{1,32})-([0-9]+)\.[A-Za-z0-9_]+\.part.*", re.DOTALL)
+    host = _host()
     with contextlib.suppress(OSError):
         with os.scandir(directory) as entries:
             for entry in entries:
                 m = pattern.fullmatch(entry.name)
-                if not m or not _dead(int(m.group(1))):
+                if not m:
                     continue
                 with contextlib.suppress(OSError):
-                    if time.time() - entry.stat(follow_symlinks=False).st_mtime <= STALE_TEMP_AGE:
+                    if m.group(1) == host:
+                        if not _dead(int(m.group(2))) or (
+                                time.time() - entry.stat(follow_symlinks=False).st_mtime <= STALE_TEMP_AGE):
+                            continue
+                    elif time.time() - _newest_mtime(entry) <= STALE_FOREIGN_TEMP_AGE:
                         continue
                     if entry.is_dir(follow_symlinks=False):
                         shutil.rmtree(entry.path)

@@ -199,3 +199,34 @@ def test_an_error_while_sweeping_does_not_fail_the_write(tmp_path, monkeypatch):
     _write("dir", tmp_path / "d")
     assert (tmp_path / "a").read_text() == "new" and (tmp_path / "d" / "x").read_text() == "new"
     assert (tmp_path / name).exists() and (tmp_path / dname).exists()
+
+
+def _age_tree(path, seconds):
+    """``path`` and, for a directory, everything in it last modified ``seconds`` ago."""
+    old = time.time() - seconds
+    for root, dirs, files in os.walk(path):
+        for n in dirs + files:
+            os.utime(os.path.join(root, n), (old, old))
+    os.utime(path, (old, old))
+
+
+@pytest.mark.parametrize("kind", ["file", "dir"])
+def test_another_hosts_temporary_is_removed_once_it_is_over_a_day_old(tmp_path, kind):
+    """A container gets a new host name each time it starts, so the temporaries a writer killed in
+    the previous one left carry a host tag that is no longer this host's: they were kept forever
+    (each one checkpoint- or cache-entry-sized). Their writer's pid cannot be asked, so their age
+    decides: untouched for over STALE_FOREIGN_TEMP_AGE (a day), they go; younger ones stay."""
+    from distattn import atomic
+    day = getattr(atomic, "STALE_FOREIGN_TEMP_AGE", 86400.0)
+    old = _killed_write(kind, tmp_path / "a", "old-container")
+    young = _killed_write(kind, tmp_path / "b", "old-container")
+    kept = {young}
+    if kind == "dir":       # a directory still being filled: its own mtime is old, a file in it is not
+        busy = _killed_write(kind, tmp_path / "c", "old-container")
+        _age_tree(tmp_path / busy, 2 * day)
+        os.utime(tmp_path / busy / "x")
+        kept.add(busy)
+    _age_tree(tmp_path / old, 2 * day)
+    _age_tree(tmp_path / young, day / 2)
+    _write(kind, tmp_path / "a")
+    assert {p.name for p in tmp_path.iterdir()} == kept | {"a"}
