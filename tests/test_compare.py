@@ -458,6 +458,25 @@ def test_an_unwritable_cache_directory_is_refused_before_anything_is_written(tmp
     assert not (tmp_path / "runs").exists()
 
 
+def test_an_unreadable_path_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    """A --path the user may not read (mode 000, another user's file) once failed with a
+    PermissionError traceback from inside the data stage. (open is refused here for that file, as
+    root reads any file whatever its mode.)"""
+    import builtins
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=30)
+    real_open = builtins.open
+
+    def refusing_open(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)) and os.path.abspath(file) == str(corpus):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+    monkeypatch.setattr(builtins, "open", refusing_open)
+    code, out, err = run_cli(["--corpus", "text", "--path", str(corpus), "--no-models", "--out",
+                              str(tmp_path / "runs"), "-q", "--device", "cpu"], capsys)
+    assert code == 2 and f"cannot read {str(corpus)!r} (Permission denied)" in err, err
+    assert not (tmp_path / "runs").exists()
+
+
 def test_an_out_that_is_a_file_is_named(tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")

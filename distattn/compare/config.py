@@ -88,7 +88,13 @@ class CompareConfig:
                              "or a .jsonl file)")
         if self.corpus == "text":
             from distattn.corpus import TextCorpus
-            TextCorpus(self.path)          # a missing path or an unsupported format fails here, before any output
+            corpus = TextCorpus(self.path)  # a missing path or an unsupported format fails here, before any output
+            for f in corpus._files_for_fingerprint():   # so does a file that cannot be read (its mode, its owner)
+                try:
+                    with open(f, "rb"):
+                        pass
+                except OSError as exc:
+                    raise ValueError(f"--path {self.path!r}: cannot read {str(f)!r} ({exc.strerror or exc})") from None
         check_corpus_options(self.corpus, self.path, self.data_dir)
         if self.corpus == "imdb" and self.data_dir:     # else a typo fell back to $DISTATTN_DATA_DIR or a download
             from pathlib import Path
