@@ -107,3 +107,18 @@ def test_a_damaged_header_after_the_first_member_raises(fmt):
     partial = data[:third + 300]                       # a partial header where c.txt's starts
     with pytest.raises(tarfile.ReadError):
         index_regular_files(partial)
+
+
+@pytest.mark.parametrize("end_marker", [False, True])
+def test_a_long_name_header_without_its_member_raises(end_marker):
+    # cut on a block boundary right after a GNU long-name header (and its name data): tarfile
+    # refuses the image ("empty header" / "end of file header"); the fast path returned the
+    # members before it, silently dropping the one the long name belongs to
+    data = make_tar(tarfile.GNU_FORMAT, ["a.txt", "b" * 150 + ".txt"])
+    second = [m for m in tarfile.open(fileobj=io.BytesIO(data)).getmembers() if m.name.startswith("b")][0]
+    cut = data[:second.offset_data - tarfile.BLOCKSIZE] + (b"\0" * 2 * tarfile.BLOCKSIZE if end_marker else b"")
+    with pytest.raises(tarfile.ReadError):
+        reference(cut)
+    with pytest.raises(tarfile.ReadError, match="b{150}.txt.*truncated"):
+        index_regular_files(cut)
+

@@ -5,7 +5,12 @@ headers of plain ustar/GNU archives can be read directly in a tenth of that. Any
 reader does not handle (PAX headers, sparse files, a bad checksum) makes it hand over to
 ``tarfile``, so the result is always what ``tarfile`` would give, except that a damaged or
 truncated archive raises ``tarfile.ReadError`` where ``tarfile`` lists the members before the
-damage and stops.
+damage and stops. A member whose data runs past the end of the image is refused, with its name.
+
+An image that ends right after a complete member, without the two zero blocks that mark the end
+of an archive, is accepted (as ``tarfile`` and GNU tar accept it, without a warning): a cut
+exactly between two members cannot be told from it here. ``read_imdb_archive``'s review counts
+per folder catch such a cut in the IMDB archive.
 """
 
 from __future__ import annotations
@@ -72,6 +77,9 @@ def _fast_index(data: bytes | memoryview) -> list[tuple[str, int, int]]:
     else:
         if pos != n:  # a partial header, or the last member's data runs past the end
             raise tarfile.ReadError("unexpected end of data: the tar archive is truncated")
+    if long_name is not None:  # a GNU long name, then the end: its member's header is missing
+        raise tarfile.ReadError(f"member {long_name} has a GNU long-name header but no header of its own: "
+                                "the tar archive is truncated")
     return out
 
 
