@@ -122,3 +122,23 @@ def test_a_long_name_header_without_its_member_raises(end_marker):
     with pytest.raises(tarfile.ReadError, match="b{150}.txt.*truncated"):
         index_regular_files(cut)
 
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_a_cut_on_a_block_boundary_names_the_member(fmt):
+    # the last member's data cut short on a 512-byte boundary is refused, naming the member
+    # (PAX, through tarfile: it said only "unexpected end of data"); an image that ends right
+    # after a complete member (no end-of-archive blocks) is accepted, as tarfile and GNU tar do
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
+        for name, size in (("a.txt", 3), ("b/é.txt", 700), ("c/long.txt", 2000)):
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tf.addfile(info, io.BytesIO(b"x" * size))
+    data = buf.getvalue()
+    last = reference(data)[-1]
+    for cut in range(last[1], last[1] + last[2], tarfile.BLOCKSIZE):
+        with pytest.raises(tarfile.ReadError, match="member c/long.txt runs past the end"):
+            index_regular_files(data[:cut])
+    complete = data[:last[1] + -(-last[2] // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE]
+    assert index_regular_files(complete) == reference(complete) == reference(data)

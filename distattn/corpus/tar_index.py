@@ -92,7 +92,14 @@ def index_regular_files(data: bytes) -> list[tuple[str, int, int]]:
         return _fast_index(data)
     except (_Unsupported, ValueError, UnicodeDecodeError):
         archive = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
-        members = archive.getmembers()
+        try:
+            members = archive.getmembers()
+        except tarfile.ReadError as exc:
+            # tarfile says only "unexpected end of data" when the last member it read runs past the end
+            if str(exc) != "unexpected end of data" or not archive.members:
+                raise
+            raise tarfile.ReadError(f"member {archive.members[-1].name} runs past the end of the archive "
+                                    "(truncated)") from None
         # past the first member, tarfile ends the listing without a word at a header it cannot
         # read (a bad checksum, a non-number in a field, a partial block): the rest is lost
         stop = bytes(memoryview(data)[archive.offset:archive.offset + _BLOCK])
