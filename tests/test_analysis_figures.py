@@ -86,3 +86,33 @@ def test_attention_graph_refuses_non_finite_weights(tmp_path, bad):
     with pytest.raises(ValueError, match="finite"):
         figures.plot_attention_graph(A, tmp_path / "graph.png")
     assert not (tmp_path / "graph.png").exists()
+
+
+def _edges(monkeypatch):
+    """The edge lists plot_attention_graph draws."""
+    import networkx as nx
+    drawn = []
+    draw = nx.draw_networkx_edges
+    monkeypatch.setattr(nx, "draw_networkx_edges",
+                        lambda G, pos, **kw: (drawn.append(sorted(kw["edgelist"])), draw(G, pos, **kw))[1])
+    return drawn
+
+
+def test_attention_graph_top_k_counts_other_keys_only(tmp_path, monkeypatch):
+    # each token attends most to itself: the self-edge (not drawn) took one of the top_k
+    # places, so top_k=1 drew no arrow at all and top_k=2 one per query
+    drawn = _edges(monkeypatch)
+    A = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.25, 0.35, 0.4]])
+    figures.plot_attention_graph(A, tmp_path / "g1.png", top_k=1)
+    figures.plot_attention_graph(A, tmp_path / "g2.png", top_k=2)
+    figures.plot_attention_graph(A, tmp_path / "g5.png", top_k=5)
+    assert drawn[0] == [(0, 1), (1, 0), (2, 1)]
+    assert drawn[1] == drawn[2] == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+
+
+@pytest.mark.parametrize("top_k", [0, -1, 1.5, True])
+def test_attention_graph_refuses_top_k_below_one(tmp_path, top_k):
+    # top_k=0 (or negative) drew one arrow per query, as top_k=1
+    with pytest.raises(ValueError, match="top_k must be an integer >= 1"):
+        figures.plot_attention_graph(_rows(4, 1), tmp_path / "graph.png", top_k=top_k)
+    assert not (tmp_path / "graph.png").exists()

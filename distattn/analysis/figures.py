@@ -143,9 +143,10 @@ def plot_attention_comparison(matrices: dict, path, tokens=None, *, title: str =
 def plot_attention_graph(attention, path, tokens=None, *, threshold: float | None = None, top_k: int = 3,
                          title: str = "Attention graph") -> Path:
     """Draw one (R, R) attention matrix as a graph: tokens on a circle, an arrow from each
-    query to its ``top_k`` strongest keys (or to every key above ``threshold``), width and
-    colour by weight; node size by weighted in-degree (attention received). Self-attention is
-    shown as the node's colour (darker = more attention to itself)."""
+    query to its ``top_k`` strongest other keys (an integer >= 1; or to every other key above
+    ``threshold``), width and colour by weight; node size by weighted in-degree (attention
+    received). Self-attention is no arrow and does not count among the ``top_k``: it is shown
+    as the node's colour (darker = more attention to itself)."""
     import matplotlib
     import networkx as nx
     from matplotlib import cm, colors
@@ -163,7 +164,10 @@ def plot_attention_graph(attention, path, tokens=None, *, threshold: float | Non
     if threshold is not None:
         keep = A > threshold
     else:
-        order = np.argsort(-A, axis=1, kind="stable")[:, :max(1, top_k)]
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+            raise ValueError(f"top_k must be an integer >= 1 (arrows per query); got {top_k!r}")
+        # the diagonal last: a token's attention to itself must not take one of its top_k arrows
+        order = np.argsort(-np.where(np.eye(R, dtype=bool), -np.inf, A), axis=1, kind="stable")[:, :top_k]
         keep[np.repeat(np.arange(R), order.shape[1]), order.ravel()] = True
         keep &= A > 0
     np.fill_diagonal(keep, False)
