@@ -191,3 +191,31 @@ def test_a_failed_refit_leaves_the_fitted_model_as_it_was(bad_refit):
     for k, v in before.items():
         assert np.array_equal(getattr(clf, k), v), k
     np.testing.assert_array_equal(clf.predict(docs), expected)
+
+
+def test_unk_and_pad_of_an_encoded_corpus_are_not_features():
+    # an EncodedCorpus's <unk> (every out-of-vocabulary word) was an ordinary id: a unigram
+    # feature and bigrams such as (good, <unk>) with learned weights, pooling all unknown words,
+    # where the statistics layer (as_ragged) and this docstring treat it as out of vocabulary
+    from distattn.corpus import Vocabulary
+    from distattn.corpus.tokenized import DocumentTable, EncodedCorpus
+
+    vocab = Vocabulary(["good", "bad", "movie"])                # <pad>=0 <unk>=1 good=2 bad=3 movie=4
+    docs = [[2, 1, 4], [3, 1, 4, 0], [2, 4, 1], [3, 4, 1, 1]] * 3
+    y = [1, 0, 1, 0] * 3
+    n = len(docs)
+    enc = EncodedCorpus(RaggedIds.from_sequences(docs), vocab, DocumentTable([-1] * n, [0] * n, [0] * n, ["all"]))
+    clf = NBSVMClassifier(ngram_range=(1, 2)).fit(enc, y)
+    V = clf.vocab_size_
+    unigrams = clf.features_[clf.features_ < V]
+    bigrams = clf.features_[clf.features_ >= V] - V
+    assert sorted(unigrams.tolist()) == [2, 3, 4]
+    assert not np.isin(bigrams // V, [0, 1]).any() and not np.isin(bigrams % V, [0, 1]).any()
+    # the same model as the documents with <unk> and <pad> encoded as -1 (oov="negative")
+    negative = [[-1 if t in (0, 1) else t for t in d] for d in docs]
+    ref = NBSVMClassifier(ngram_range=(1, 2)).fit(negative, y)
+    np.testing.assert_array_equal(clf.features_, ref.features_)
+    np.testing.assert_allclose(clf.decision_function(enc), ref.decision_function(negative))
+    # at prediction too: a document of unknown words scores the intercept alone
+    unk_only = EncodedCorpus(RaggedIds.from_sequences([[1, 1, 0]]), vocab, DocumentTable([-1], [0], [0], ["all"]))
+    np.testing.assert_allclose(clf.decision_function(unk_only), clf.intercept_)

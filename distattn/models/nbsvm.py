@@ -15,8 +15,10 @@ vocabulary and test reviews as the attention models (``analyses/ngram_baseline.p
   (the paper's liblinear fitted none) is scaled to ``β b``, since the MNB side has none: left at
   ``b`` it outweighs the shrunk weights, and NBSVM-bi lost a point on IMDB.
 
-A document is a sequence of token ids; negative ids (out of vocabulary), and at prediction ids
-above every id seen in fit, break n-grams and are not features. Counting is vectorised over the
+A document is a sequence of token ids; negative ids (out of vocabulary), an ``EncodedCorpus``'s
+``<unk>`` and ``<pad>`` ids, and at prediction ids above every id seen in fit, break n-grams and
+are not features (the paper counts only the n-grams it observes; ``<unk>`` would pool every
+unknown word into one feature). Encode plain id lists with ``oov="negative"`` for the same. Counting is vectorised over the
 whole corpus: no Python loop per document.
 
 >>> from distattn.models import NBSVMClassifier
@@ -84,17 +86,22 @@ def ngram_codes(docs: RaggedIds, vocab_size: int, ngram_range: tuple[int, int]) 
 
 
 def _check_docs(docs, vocab_size: int | None = None) -> tuple[RaggedIds, int]:
-    """``docs`` as RaggedIds (the statistics layer's :func:`as_ragged`) and the id range; with
+    """``docs`` as RaggedIds (the statistics layer's :func:`as_ragged`) and the id range; an
+    ``EncodedCorpus``'s ``<unk>`` and ``<pad>`` ids are marked out of vocabulary. With
     ``vocab_size`` given (the fitted range), ids at or above it were never seen in fit and are
-    marked out of vocabulary."""
+    marked out of vocabulary too."""
     from distattn.stats.cooccurrence import as_ragged      # loaded with this module, on first use
 
+    vocab = getattr(docs, "vocab", None)
+    specials = [i for i in (getattr(vocab, "unk_id", None), getattr(vocab, "pad_id", None)) if i is not None]
     if vocab_size is None:
         ragged, vocab_size, _ = as_ragged(docs)
-        return ragged, vocab_size
-    ragged, _, _ = as_ragged(docs, np.iinfo(np.int32).max)  # every id passes; the unseen ones go below
-    if len(ragged.ids) and ragged.ids.max() >= vocab_size:
-        ragged = RaggedIds(np.where(ragged.ids >= vocab_size, -1, ragged.ids), ragged.offsets)
+        unseen = np.isin(ragged.ids, specials)
+    else:
+        ragged, _, _ = as_ragged(docs, np.iinfo(np.int32).max)  # every id passes; the unseen ones go below
+        unseen = (ragged.ids >= vocab_size) | np.isin(ragged.ids, specials)
+    if unseen.any():
+        ragged = RaggedIds(np.where(unseen, -1, ragged.ids), ragged.offsets)
     return ragged, vocab_size
 
 
