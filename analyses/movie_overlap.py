@@ -88,7 +88,7 @@ def nbsvm_grid(args, movies_train: np.ndarray) -> dict:
     grid = baseline_parser().parse_args([])              # the baseline's C × β grid and vocabulary
     tc = tokenize_corpus(get_corpus("imdb", data_dir=args.data_dir))
     vocab = tc.split("train+unsup").vocabulary(max_size=grid.vocab_size - 2)
-    train, test = tc.split("train").encode(vocab), tc.split("test").encode(vocab)
+    train, test = tc.split("train").encode(vocab, oov="negative"), tc.split("test").encode(vocab, oov="negative")
     docs, y, docs_test, y_test = train.tokens, np.asarray(train.labels), test.tokens, np.asarray(test.labels)
     if args.limit_docs:
         rng = np.random.default_rng(0)

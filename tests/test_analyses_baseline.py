@@ -38,13 +38,20 @@ def test_validation_split_is_the_one_bench_models_holds_out():
 
 
 @pytest.mark.imdb
-def test_ngram_baseline_runs_on_a_slice(imdb_archive, tmp_path, capsys):
+def test_ngram_baseline_runs_on_a_slice(imdb_archive, tmp_path, capsys, monkeypatch):
+    from distattn.models import NBSVMClassifier
     mod = _load("ngram_baseline", SCRIPT)
     probs, table = tmp_path / "probs_nbsvm.npz", tmp_path / "t.json"
+    fitted_ids = []
+    fit = NBSVMClassifier.fit
+    monkeypatch.setattr(NBSVMClassifier, "fit", lambda self, docs, y: (fitted_ids.append(docs.ids), fit(self, docs, y))[1])
     out = mod.main(["--limit-docs", "600", "--n-val", "150", "--C", "0.3,1", "--beta", "0.25,1",
                     "--data-dir", str(imdb_archive.parent), "--probs", str(probs), "--json", str(table)])
     rows = {r["row"]: r for r in out["rows"]}
     assert list(rows) == ["paper", "picked", "picked, refit"]
+    # out-of-vocabulary words reach NBSVM as -1 (no feature), not as <unk> = 1, one feature
+    # that pooled every unknown word (and <pad> = 0 never occurs)
+    assert len(fitted_ids) == 4 and all((ids == -1).any() and not np.isin(ids, [0, 1]).any() for ids in fitted_ids)
     assert rows["paper"]["loss"] == "squared_hinge" and (rows["paper"]["C"], rows["paper"]["beta"]) == (1.0, 0.25)
     for r in rows.values():
         assert 0.6 < r["test_accuracy"] <= 1.0, r            # 600 reviews: well above chance
