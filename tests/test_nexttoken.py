@@ -249,6 +249,43 @@ def test_a_float64_torch_tensor_scores_as_the_same_numpy_array():
     np.testing.assert_allclose(lp_d, lp_np, rtol=0, atol=1e-6)     # the numba scorer's exp is float32
 
 
+@pytest.mark.parametrize("tau", [1e-40, 1e-310])
+def test_a_tiny_temperature_scores_the_one_hot_limit_in_every_scorer(tau):
+    """The scorers multiplied the logits by a precomputed 1/τ: for τ = 1e-310 it is inf and the
+    target at the max gave 0 * inf = NaN (the generic path then blamed the model for NaN scores);
+    the fused kernel's float32 scale overflowed already at τ = 1e-40, giving log p = +86. The
+    max is subtracted first and then divided by τ, as log_softmax does: the one-hot limit."""
+    import torch
+
+    from distattn.projection.causal import causal_scores
+    from distattn.projection.nexttoken import _score_block_torch
+    S4 = sp.csr_array(np.eye(4) * 5.0 + 1.0)
+    doc = np.array([0, 0, 0, 0, 1, 1, 1, 1, 1, 1])
+    ref = np.array([next_token_distribution(doc[:t + 1], S4, temperature=tau, log=True)[doc[t + 1]]
+                    for t in range(doc.size - 1)])
+    assert ref[0] == 0 and ref[7] == pytest.approx(-np.log(2)) and (ref[3:7] < -1e40).all()
+    model = ProjectionPredictor().fit(S4)
+    _, rank_ref = causal_scores([doc], S4)                             # ranks do not depend on τ
+    prior = np.array([0.1, 0.2, 0.3, 0.4])
+    with np.errstate(divide="ignore"):
+        ref_prior = np.log(0.8 * np.exp(ref) + 0.2 * prior[doc[1:]])
+    logp, rank = causal_scores([doc], S4, temperature=tau)
+    np.testing.assert_allclose(logp[:-1], ref, rtol=1e-6)
+    np.testing.assert_array_equal(rank, rank_ref)
+    logp, _ = causal_scores([doc], S4, temperature=tau, prior=prior, prior_weight=0.2)
+    np.testing.assert_allclose(logp[:-1], ref_prior, rtol=1e-6)
+    with np.errstate(over="ignore"):                                  # perplexity exp(1e41) = inf
+        _, logp, rank = evaluate_next_token(Generic(model), [doc], temperature=tau, return_scores=True)
+    np.testing.assert_allclose(logp[:-1], ref, rtol=1e-6)
+    np.testing.assert_array_equal(rank, rank_ref)
+    logits = model.next_token_logits(doc)[:-1]
+    for dtype in (torch.float32, torch.float64):                      # the accelerator path, run on the CPU
+        logp, rank = _score_block_torch(torch.tensor(logits, dtype=dtype), doc[1:], tau, None, 0.0)
+        want = ref if dtype == torch.float64 else np.where(ref < -np.finfo(np.float32).max, -np.inf, ref)
+        np.testing.assert_allclose(logp, want, rtol=1e-6)
+        np.testing.assert_array_equal(rank, rank_ref[:-1])
+
+
 def test_model_protocol_errors():
     doc = [np.arange(5)]
     with pytest.raises(ValueError, match=r"scores of shape \(5, 3\).*vocab_size=5"):

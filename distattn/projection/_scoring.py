@@ -26,6 +26,24 @@ _LOG2E = np.float32(1.4426950408889634)
 _LN2_HI = np.float32(0.693145751953125)
 _LN2_LO = np.float32(1.428606765330187e-06)
 _FLOOR = np.float32(-87.0)
+_DBL_MAX = float(np.finfo(np.float64).max)
+
+
+@nb.njit(cache=True)
+def _divide(x, tau):
+    """``x / τ``, compiled without fastmath: its 'arcp' would let LLVM rewrite it as ``x * (1/τ)``,
+    which is ``0 * inf = NaN`` (or -inf for a finite quotient) when τ is subnormal."""
+    return x / tau
+
+
+@nb.njit(cache=True)
+def _inverse(tau, largest):
+    """``1/τ``, at most ``largest`` (1/τ is inf for a τ below 5.6e-309, and float32 overflows
+    already below 2.9e-39). Enough for an exp of ``(x - max) * (1/τ)``: an argument that is 0
+    stays 0, and any other that the clamp changes lies far below exp's floor either way, except
+    for differences below ``87 / largest``."""
+    inv = 1.0 / tau
+    return inv if inv < largest else largest
 
 
 @nb.njit(fastmath=FASTMATH, cache=True)
@@ -52,17 +70,19 @@ def _exp_into(row, shift, scale, out, bits):
 
 
 @nb.njit(fastmath=FASTMATH, cache=True)
-def score_row(row, scale, target, prior, prior_weight, work, bits):
-    """Score ``softmax(row * scale)`` (optionally mixed with a prior) at ``target``.
+def score_row(row, temperature, target, prior, prior_weight, work, bits):
+    """Score ``softmax(row / temperature)`` (optionally mixed with a prior) at ``target``.
 
     Parameters
     ----------
     row : 1-D float array (vocab_size,)
         Logits (unnormalised log-probabilities).
-    scale : float > 0
-        1 / temperature (and any other positive factor).
+    temperature : float > 0
+        τ (times any other positive factor). The row's max is subtracted before dividing by
+        it: ``row * (1/τ)`` was NaN for a subnormal τ (1/τ = inf), where the other paths
+        give the one-hot limit.
     prior : 1-D float32 array (vocab_size,) or empty
-        Prior probabilities for ``p = (1 - w) softmax(row * scale) + w prior``.
+        Prior probabilities for ``p = (1 - w) softmax(row / temperature) + w prior``.
     prior_weight : float in [0, 1)
     work : float32 (vocab_size,), bits : int32 (vocab_size,)
         Scratch buffers.
@@ -79,8 +99,8 @@ def score_row(row, scale, target, prior, prior_weight, work, bits):
         m = max(m, row[j])
         if row[j] >= tgt:
             at_least += 1
-    total = _exp_into(row, m, scale, work, bits)
-    logp = (tgt - m) * scale - math.log(total)
+    total = _exp_into(row, m, _inverse(temperature, _DBL_MAX), work, bits)
+    logp = _divide(tgt - m, temperature) - math.log(total)
     if prior_weight <= 0.0:
         return logp, max(at_least - 1, 0)
     a = np.float32((1.0 - prior_weight) / total)
@@ -96,7 +116,7 @@ def score_row(row, scale, target, prior, prior_weight, work, bits):
     return logp, rank
 
 
-def score_rows(block, targets, scale, prior, prior_weight, out_logp, out_rank):
+def score_rows(block, targets, temperature, prior, prior_weight, out_logp, out_rank):
     """:func:`score_row` for every row of a 2-D block whose target is >= 0 (others skipped).
 
     Large blocks are shared among numba's threads; small ones run serially, since waking the
@@ -104,31 +124,31 @@ def score_rows(block, targets, scale, prior, prior_weight, out_logp, out_rank):
     start_numba_threads()
     n_chunks = max(1, min(block.shape[0], nb.get_num_threads()))
     if n_chunks == 1 or block.size < 1 << 20:
-        _score_rows_serial(block, targets, scale, prior, prior_weight, out_logp, out_rank)
+        _score_rows_serial(block, targets, temperature, prior, prior_weight, out_logp, out_rank)
     else:
-        _score_rows(block, targets, scale, prior, prior_weight, out_logp, out_rank, n_chunks)
+        _score_rows(block, targets, temperature, prior, prior_weight, out_logp, out_rank, n_chunks)
 
 
 @nb.njit(fastmath=FASTMATH, cache=True)
-def _score_rows_serial(block, targets, scale, prior, prior_weight, out_logp, out_rank):
+def _score_rows_serial(block, targets, temperature, prior, prior_weight, out_logp, out_rank):
     n_rows, n = block.shape
     work = np.empty(n, np.float32)
     bits = np.empty(n, np.int32)
     for r in range(n_rows):
         if targets[r] >= 0:
-            lp, rk = score_row(block[r], scale, targets[r], prior, prior_weight, work, bits)
+            lp, rk = score_row(block[r], temperature, targets[r], prior, prior_weight, work, bits)
             out_logp[r] = lp
             out_rank[r] = rk
 
 
 @nb.njit(fastmath=FASTMATH, parallel=True, cache=True)
-def _score_rows(block, targets, scale, prior, prior_weight, out_logp, out_rank, n_chunks):
+def _score_rows(block, targets, temperature, prior, prior_weight, out_logp, out_rank, n_chunks):
     n_rows, n = block.shape
     for c in nb.prange(n_chunks):
         work = np.empty(n, np.float32)
         bits = np.empty(n, np.int32)
         for r in range(c, n_rows, n_chunks):
             if targets[r] >= 0:
-                lp, rk = score_row(block[r], scale, targets[r], prior, prior_weight, work, bits)
+                lp, rk = score_row(block[r], temperature, targets[r], prior, prior_weight, work, bits)
                 out_logp[r] = lp
                 out_rank[r] = rk

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 
 from distattn.corpus.ragged import RaggedIds
 from distattn.projection import _checks
-from distattn.projection._scoring import FASTMATH, score_row
+from distattn.projection._scoring import FASTMATH, _divide, _inverse, score_row
 from distattn.projection.core import NORMALIZATIONS, ZERO_ROW_POLICIES
 from distattn.threads import start_numba_threads
 
@@ -105,6 +105,7 @@ def causal_logits(known_ids: np.ndarray, S: sp.csr_array, C: np.ndarray) -> np.n
 _LANES = 16        # consecutive positions advanced together: one 64-byte cache line of float32 per column
 _COL_BLOCK = 2048  # columns per cache block: _COL_BLOCK * 64 bytes = 128 KB of lanes stays in L2
 _SKIP = 35.0       # exp(-35) = 6e-16
+_FLT_MAX = float(np.finfo(np.float32).max)   # the lanes' exp scale is float32
 _EXP_CONSTS = [float(np.float32(c)) for c in (-87.0, 1.4426950408889634, 0.693145751953125, 1.428606765330187e-06,
                                                1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0)]
 
@@ -345,17 +346,17 @@ def _add_lane_weight(v, w, b, L, slot, slot_v, wts, n_slots):
 
 
 @nb.njit(fastmath=FASTMATH, parallel=True, cache=True)
-def _causal_kernel(ids, offsets, queue_ptr, queue, indptr, indices, data, data32, col_starts, scale, prior,
+def _causal_kernel(ids, offsets, queue_ptr, queue, indptr, indices, data, data32, col_starts, temperature, prior,
                    prior_weight, out_logp, out_rank):
     """Every document, each worker taking its own queue (see :func:`_balanced_queues`)."""
     for worker in nb.prange(queue_ptr.size - 1):
         for jd in range(queue_ptr[worker], queue_ptr[worker + 1]):
             _causal_document(ids, offsets[queue[jd]], offsets[queue[jd] + 1], indptr, indices, data, data32,
-                             col_starts, scale, prior, prior_weight, out_logp, out_rank)
+                             col_starts, temperature, prior, prior_weight, out_logp, out_rank)
 
 
 @nb.njit(fastmath=FASTMATH, cache=True)
-def _causal_document(ids, start, stop, indptr, indices, data, data32, col_starts, scale, prior, prior_weight,
+def _causal_document(ids, start, stop, indptr, indices, data, data32, col_starts, temperature, prior, prior_weight,
                      out_logp, out_rank):
     """One document, positions ``start:stop``. Blocks of ``_LANES`` consecutive positions share
     one pass over the rows of S they touch.
@@ -368,7 +369,11 @@ def _causal_document(ids, start, stop, indptr, indices, data, data32, col_starts
     stored entry ``S[v, k]`` updates one cache line ``D[k*L : k*L+L]`` for all lanes at once:
     a row touched by most positions (frequent words) is streamed once per block instead of
     once per position. Columns are processed in L2-sized blocks, and the block's positions
-    are scored together (max, rank count and log-sum-exp vectorise across lanes)."""
+    are scored together (max, rank count and log-sum-exp vectorise across lanes).
+
+    A lane's logits are ``(Fb + D) / (n_known * temperature)``: log p divides by that (its
+    reciprocal was inf for a subnormal τ, and NaN or positive log p came out), and the
+    float32 exp takes the reciprocal clamped to the largest float32."""
     if stop - start < 2:
         return
     L = _LANES
@@ -385,6 +390,7 @@ def _causal_document(ids, start, stop, indptr, indices, data, data32, col_starts
     wts = np.empty(V * L)
     tgt = np.empty(L, np.int64)
     lane_scale = np.empty(L)
+    lane_tau = np.empty(L)
     m = np.empty(L)
     tu = np.empty(L)
     tv = np.empty(L)
@@ -402,7 +408,8 @@ def _causal_document(ids, start, stop, indptr, indices, data, data32, col_starts
         for b in range(L):
             t = t0 + b
             tgt[b] = -1
-            lane_scale[b] = scale
+            lane_tau[b] = temperature
+            lane_scale[b] = _inverse(temperature, _FLT_MAX)
             if t >= stop:
                 continue
             i = ids[t]
@@ -418,7 +425,8 @@ def _causal_document(ids, start, stop, indptr, indices, data, data32, col_starts
                 n_known += 1
             if t + 1 < stop and ids[t + 1] >= 0:
                 tgt[b] = ids[t + 1]
-                lane_scale[b] = scale / n_known if n_known > 0 else scale
+                lane_tau[b] = temperature * n_known if n_known > 0 else temperature
+                lane_scale[b] = _inverse(lane_tau[b], _FLT_MAX)
                 any_target = True
         for sl in range(n_slots):
             slot[slot_v[sl]] = -1
@@ -447,7 +455,7 @@ def _causal_document(ids, start, stop, indptr, indices, data, data32, col_starts
                 if tgt[b] >= 0:
                     for k in range(n_cols):
                         row[k] = Fb[k] + D[k * L + b]
-                    lp, rk = score_row(row, lane_scale[b], tgt[b], prior, prior_weight, work, bits)
+                    lp, rk = score_row(row, lane_tau[b], tgt[b], prior, prior_weight, work, bits)
                     out_logp[t0 + b] = lp
                     out_rank[t0 + b] = rk
             continue
@@ -459,7 +467,7 @@ def _causal_document(ids, start, stop, indptr, indices, data, data32, col_starts
         carried = True
         for b in range(L):
             if tgt[b] >= 0:
-                out_logp[t0 + b] = tv[b] * lane_scale[b] - math.log(total[b])
+                out_logp[t0 + b] = _divide(tv[b], lane_tau[b]) - math.log(total[b])
                 out_rank[t0 + b] = max(cnt[b] - 1, 0)
 
 
@@ -536,7 +544,7 @@ def _causal_scores(docs: RaggedIds, S: sp.csr_array, temperature: float, prior: 
     # longest documents first, handed out one at a time: no core idles on a long last one
     queue_ptr, queue = _balanced_queues(np.diff(offsets), nb.get_num_threads())
     _causal_kernel(np.ascontiguousarray(docs.ids, dtype=np.int32), offsets, queue_ptr, queue, S.indptr, indices,
-                   S.data, data32, col_starts, 1.0 / temperature, prior_arr, float(prior_weight), out_logp, out_rank)
+                   S.data, data32, col_starts, float(temperature), prior_arr, float(prior_weight), out_logp, out_rank)
     return out_logp, out_rank
 
 

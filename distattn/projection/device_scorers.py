@@ -165,7 +165,7 @@ class CausalProjection:
         blocks = self.cached_blocks(docs) if self._caching else self._blocks(docs, reuse=True)
         for flat, tgt, x, rk in blocks:
             if self.offset is None and x.device.type == "cpu":     # one fused pass, no (n, V) temporaries
-                logp[flat], rank[flat] = _score_block(x.numpy(), tgt.numpy(), 1.0 / temperature, None, 0.0)
+                logp[flat], rank[flat] = _score_block(x.numpy(), tgt.numpy(), temperature, None, 0.0)
                 continue
             z = (x - x.amax(1, keepdim=True)) / temperature   # the max first: x / τ overflowed to inf (NaN log p)
             if self.offset is not None:          # product of experts: e_t / τ + log p_unigram

@@ -146,15 +146,16 @@ def _limit(docs, max_predictions):
     return docs.take(np.arange(min(n_docs, len(docs))))
 
 
-def _score_block(block, targets, scale, prior, prior_weight):
-    """(logp, rank) of each row of a numpy or torch block; rows with target < 0 give NaN/-1.
+def _score_block(block, targets, temperature, prior, prior_weight):
+    """(logp, rank) of each row of a numpy or torch block, for ``softmax(block / temperature)``;
+    rows with target < 0 give NaN/-1.
 
     A CPU tensor is scored by the numba kernel below, in one pass and in place (torch's
     log_softmax and comparison would allocate (n, V) temporaries); others where they live."""
     if hasattr(block, "detach") and block.device.type == "cpu":
         block = _scoring_dtype(block).numpy()
     if hasattr(block, "detach"):                      # a torch tensor on an accelerator: score where it lives
-        return _score_block_torch(block, targets, scale, prior, prior_weight)
+        return _score_block_torch(block, targets, temperature, prior, prior_weight)
     x = np.asarray(block)
     if x.dtype not in (np.float32, np.float64):
         x = x.astype(np.float64)
@@ -162,7 +163,7 @@ def _score_block(block, targets, scale, prior, prior_weight):
     logp = np.full(x.shape[0], np.nan)
     rank = np.full(x.shape[0], -1, dtype=np.int64)
     prior32 = np.zeros(0, np.float32) if prior is None else prior.astype(np.float32)
-    score_rows(x, np.ascontiguousarray(targets, dtype=np.int64), float(scale), prior32,
+    score_rows(x, np.ascontiguousarray(targets, dtype=np.int64), float(temperature), prior32,
                float(prior_weight if prior is not None else 0.0), logp, rank)
     return logp, rank
 
@@ -175,14 +176,19 @@ def _scoring_dtype(block):
     return block if block.dtype == torch.float64 else block.float()
 
 
-def _score_block_torch(block, targets, scale, prior, prior_weight):
+def _score_block_torch(block, targets, temperature, prior, prior_weight):
     """:func:`_score_block` in torch, on the block's device."""
     import torch
 
-    x = _scoring_dtype(block) * scale
+    x = _scoring_dtype(block)
+    # the max first, then / τ: x * (1/τ) was inf * 0 = NaN for a subnormal τ; a τ that the
+    # block's dtype cannot hold (float32: below 1.2e-38) divides in float64
+    z = x - x.amax(1, keepdim=True)
+    info = torch.finfo(z.dtype)
+    z = z / temperature if info.tiny <= temperature <= info.max else (z.double() / temperature).to(z.dtype)
     t = torch.as_tensor(targets, device=x.device)
     tc = t.clamp(min=0)[:, None]
-    lp = torch.log_softmax(x, dim=-1)
+    lp = torch.log_softmax(z, dim=-1)
     if prior is None:
         logp = lp.gather(1, tc)[:, 0]
         rank = (x >= x.gather(1, tc)).sum(1) - 1
@@ -221,7 +227,7 @@ def _generic_scores(model, docs, targets, vocab_size, temperature, prior, prior_
                                  f"document of length {stop - start}; expected (rows, vocab_size={vocab_size})")
             n = min(block.shape[0], stop - start - 1 - row)
             if n > 0:
-                lp, rk = _score_block(block[:n], targets[start + row:start + row + n], 1.0 / temperature,
+                lp, rk = _score_block(block[:n], targets[start + row:start + row + n], temperature,
                                       prior, prior_weight)
                 logp[start + row:start + row + n] = lp
                 rank[start + row:start + row + n] = rk
