@@ -211,6 +211,20 @@ def test_power_law_fit_matches_weightwatcher_loop_and_recovers_alpha():
         power_law_fit([1.0, 0.0])
 
 
+def test_power_law_fit_of_a_tail_of_ties_is_not_rounding_noise():
+    """Σ log(λ_i / xmin) over a tail of equal eigenvalues was a difference of two sums whose
+    rounding residue has either sign: for some values alpha came out ~1e15 with D = (n-1)/n
+    and a tail of arbitrary length (all equal λ: alpha 3.4e15, n_tail 6 of 10), for others inf."""
+    for x in np.concatenate([[9.784830567017442], np.random.default_rng(4).uniform(0.1, 10.0, 30)]):
+        for n in (2, 3, 5, 10):
+            fit = power_law_fit([x] * n, squared=False)
+            assert (fit.alpha, fit.ks_distance, fit.n_tail) == (np.inf, 1.0, n)
+    # a tail of ties inside a spectrum is no candidate either: D = 1 whatever the rounding
+    lam = np.array([1.0, 2.0] + [9.784830567017442] * 10)
+    fit = power_law_fit(lam, squared=False, xmin=lam[5])
+    assert fit.alpha == np.inf and fit.ks_distance == 1.0
+
+
 # --------------------------------------------------------------------------- subspaces
 
 def test_principal_angles_match_scipy_and_alignment_bounds():

@@ -255,8 +255,10 @@ def power_law_fit(values, *, squared: bool = True, xmin: float | None = None, rt
         ``α = 1 + n / Σ_{λ_i >= xmin} log(λ_i / xmin)``   (n = number of λ_i >= xmin)
 
     and the KS distance ``D = max_i |1 - (λ_i / xmin)^(1-α) - i/n|`` over the tail (i = 0..n-1,
-    the empirical CDF at the i-th tail point as WWFit writes it); candidates with ``α <= 1`` get
-    ``D = 1``. The fit with the smallest D is returned. Giving ``xmin`` fixes it (the λ closest
+    the empirical CDF at the i-th tail point as WWFit writes it). A tail that is all ties of its
+    ``xmin`` (``Σ log(λ_i / xmin) = 0``: α is infinite) gets ``D = 1``; if every candidate does
+    (all eigenvalues equal), the fit returned has ``alpha = inf``. The fit with the smallest D
+    (the first, on equal D) is returned. Giving ``xmin`` fixes it (the λ closest
     to it is used, or the second largest λ when that is the largest: a tail of one point has no
     fit) and skips the search.
 
@@ -278,7 +280,9 @@ def power_law_fit(values, *, squared: bool = True, xmin: float | None = None, rt
     else:
         candidates = np.arange(N - 1)
     n = (N - candidates).astype(np.float64)
-    denom = suffix[candidates] - n * logs[candidates]
+    # Σ_{i>=c} log(λ_i / xmin) is exactly 0 for a tail of ties (λ_c = λ_max); the difference of
+    # sums leaves a rounding residue of either sign there: α ~ 1e15 with D = (n-1)/n, or α = ∞
+    denom = np.where(lam[candidates] < lam[-1], suffix[candidates] - n * logs[candidates], 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         alphas = np.where(denom > 0, 1.0 + n / denom, np.inf)
     D = np.ones(candidates.size)
