@@ -250,17 +250,21 @@ def power_law_fit(values, *, squared: bool = True, xmin: float | None = None, rt
     Method (Clauset, Shalizi & Newman 2009, as implemented in WeightWatcher's ``WWFit``,
     ``weightwatcher/WW_powerlaw.py`` in ``CalculatedContent/WeightWatcher``): sort the
     eigenvalues ascending, drop (numerically) zero ones (``λ <= rtol · λ_max``), and for every
-    candidate ``xmin`` among them except the largest compute the continuous MLE
+    position ``c`` of the sorted ``λ_0 <= ... <= λ_{N-1}`` except the last, with
+    ``xmin = λ_c`` and the tail ``λ_c, ..., λ_{N-1}``, compute the continuous MLE
 
-        ``α = 1 + n / Σ_{λ_i >= xmin} log(λ_i / xmin)``   (n = number of λ_i >= xmin)
+        ``α = 1 + n / Σ_{i >= c} log(λ_i / xmin)``   (n = N - c, the tail's size)
 
     and the KS distance ``D = max_i |1 - (λ_i / xmin)^(1-α) - i/n|`` over the tail (i = 0..n-1,
-    the empirical CDF at the i-th tail point as WWFit writes it). A tail that is all ties of its
-    ``xmin`` (``Σ log(λ_i / xmin) = 0``: α is infinite) gets ``D = 1``; if every candidate does
-    (all eigenvalues equal), the fit returned has ``alpha = inf``. The fit with the smallest D
-    (the first, on equal D) is returned. Giving ``xmin`` fixes it (the λ closest
-    to it is used, or the second largest λ when that is the largest: a tail of one point has no
-    fit) and skips the search.
+    the empirical CDF at the i-th tail point as WWFit writes it). Candidates are positions, not
+    values, as in WWFit's loop: with tied eigenvalues, the candidate at the second of two equal
+    λ leaves the first out of its tail, so ``n_tail`` can be less than the number of
+    ``λ >= xmin`` (``[0.7, 0.7, 0.7, 5]`` with ``squared=False``: xmin 0.7, n_tail 3). A tail
+    that is all ties of its ``xmin`` (``Σ log(λ_i / xmin) = 0``: α is infinite) gets ``D = 1``;
+    if every candidate does (all eigenvalues equal), the fit returned has ``alpha = inf``. The
+    fit with the smallest D (the first, on equal D) is returned. Giving ``xmin`` fixes it (the
+    first position of the λ closest to it is used, or the second largest λ when that is the
+    largest: a tail of one point has no fit) and skips the search.
 
     The search is vectorised in blocks of candidates: O(N²) work for N eigenvalues.
     """
