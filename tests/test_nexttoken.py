@@ -286,6 +286,14 @@ def test_a_tiny_temperature_scores_the_one_hot_limit_in_every_scorer(tau):
         np.testing.assert_array_equal(rank, rank_ref[:-1])
 
 
+def test_a_temperature_product_that_underflows_is_refused_by_name(S, docs):
+    """The fused path scores with the predictor's temperature times the evaluation's: two valid
+    temperatures whose product underflows to 0 raised ZeroDivisionError from 1 / τ."""
+    model = ProjectionPredictor(temperature=1e-200).fit(S)
+    with pytest.raises(ValueError, match=r"temperature=1e-200 times the predictor's temperature=1e-200 underflows"):
+        evaluate_next_token(model, docs, temperature=1e-200)
+
+
 def test_model_protocol_errors():
     doc = [np.arange(5)]
     with pytest.raises(ValueError, match=r"scores of shape \(5, 3\).*vocab_size=5"):

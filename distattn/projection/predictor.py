@@ -198,6 +198,9 @@ class ProjectionPredictor(BaseEstimator):
         """
         docs = self._docs(documents)
         tau = self.temperature * _checks.positive_float(temperature, "temperature")
+        if tau == 0:        # once a ZeroDivisionError (or numba's SystemError) from the scoring kernel
+            raise ValueError(f"temperature={temperature!r} times the predictor's temperature={self.temperature!r} "
+                             f"underflows to 0; use a larger temperature")
         if self.device is not None:
             from distattn.projection.torch_ops import torch_causal_scores
             return torch_causal_scores(docs, self.cooc_, normalization=self.normalization, zero_rows=self.zero_rows,
