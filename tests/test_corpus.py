@@ -123,6 +123,51 @@ def test_vocabulary_json_roundtrip(tmp_path):
         Vocabulary.load(tmp_path / "bad.json")
 
 
+_VOCAB = {"format": "distattn.Vocabulary/1", "specials": ["<pad>", "<unk>"], "words": ["a", "b"], "counts": [3, 2]}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"counts": None}, "the field 'counts' is missing; expected a list of non-negative integers, one per word"),
+    ({"words": None}, "the field 'words' is missing; expected a list of strings"),
+    ({"specials": None}, "the field 'specials' is missing; expected a list of strings"),
+    ({"words": "ab"}, "the field 'words' is a JSON string; expected a list of strings"),
+    ({"specials": "<pad>"}, "the field 'specials' is a JSON string; expected a list of strings"),
+    ({"counts": {"a": 3}}, "the field 'counts' is a JSON object; expected a list of non-negative integers"),
+    ({"words": ["a", 7]}, "words[1] is 7 (a JSON integer); expected a list of strings"),
+    ({"counts": [3, True]}, "counts[1] is True (a JSON boolean); expected a list of non-negative integers"),
+    ({"counts": [3, 2.5]}, "counts[1] is 2.5 (a JSON number); expected a list of non-negative integers"),
+    ({"counts": [3]}, "the field 'counts' has 1 entries but 'words' has 2; expected one count per word"),
+    ({"words": ["a", "a"]}, "words[1] is 'a', already words[0]; expected each token once in 'specials' and 'words'"),
+    ({"words": ["a", "<unk>"]}, "words[1] is '<unk>', already specials[1]; expected each token once"),
+])
+def test_vocabulary_load_of_a_malformed_file_is_a_value_error_naming_the_file_and_field(tmp_path, change, message):
+    """A file without 'counts' raised a bare KeyError: 'counts'; ints as words and a JSON true as a
+    count were read as a vocabulary (True counted 1)."""
+    d = {k: v for k, v in {**_VOCAB, **change}.items() if v is not None}
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=re.escape(f"{path}: {message}")):
+        Vocabulary.load(path)
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        Vocabulary.from_dict(d)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[1, 2]", "not a distattn vocabulary file (a JSON array; expected an object with the fields 'format', "
+               "'specials', 'words' and 'counts')"),
+    (json.dumps(_VOCAB)[:40], "not a distattn vocabulary file: not valid JSON (Unterminated string"),
+    ("", "not a distattn vocabulary file: not valid JSON (Expecting value: line 1 column 1)"),
+])
+def test_vocabulary_load_of_a_file_that_is_no_json_object_names_the_file(tmp_path, text, message):
+    """A JSON array raised AttributeError: 'list' object has no attribute 'get'; a truncated file a
+    JSONDecodeError that named no file."""
+    path = tmp_path / "v.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: {message}")):
+        Vocabulary.load(path)
+    assert Vocabulary.from_dict(_VOCAB).counts.tolist() == [0, 0, 3, 2]
+
+
 def test_ragged_ops():
     r = RaggedIds.from_sequences([[1, 2, 3], [], [4, 5], [6]])
     t = r.take([2, 0])

@@ -42,6 +42,20 @@ def _counts(counts, n_words: int) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _json_type(value) -> str:
+    """The JSON name of a parsed value's type, for error messages."""
+    for kind, name in ((bool, "boolean"), (str, "string"), (int, "integer"), (float, "number"), (list, "array"),
+                       (dict, "object")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else type(value).__name__
+
+
+def _short(value) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
 class Vocabulary:
     """An id <-> word map. Specials come first (``<pad>`` = 0, ``<unk>`` = 1 by default), then
     words by decreasing count, ties broken alphabetically.
@@ -209,10 +223,42 @@ class Vocabulary:
                 "words": self.words, "counts": self.counts[self.n_specials:].tolist()}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Vocabulary":
+    def from_dict(cls, d: dict, source: str | os.PathLike | None = None) -> "Vocabulary":
+        """The inverse of :meth:`to_dict`. A malformed dict (a field missing or of the wrong type,
+        a token twice, counts of another length than the words) is a ValueError naming the field
+        and what is expected, and ``source`` (the file it was read from) when given; a missing
+        field was a bare KeyError such as ``'counts'``."""
+        where = f"{source}: " if source is not None else ""
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}not a distattn vocabulary file (a JSON {_json_type(d)}; expected an object "
+                             f"with the fields 'format', 'specials', 'words' and 'counts')")
         if d.get("format") != "distattn.Vocabulary/1":
-            raise ValueError(f"not a distattn vocabulary file (format={d.get('format')!r})")
-        return cls(d["words"], d["counts"], tuple(d["specials"]))
+            raise ValueError(f"{where}not a distattn vocabulary file (format={d.get('format')!r})")
+        for name, what, ok in (("specials", "a list of strings", lambda v: isinstance(v, str)),
+                               ("words", "a list of strings", lambda v: isinstance(v, str)),
+                               ("counts", "a list of non-negative integers, one per word",
+                                lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0)):
+            if name not in d:
+                raise ValueError(f"{where}the field {name!r} is missing; expected {what}")
+            value = d[name]
+            if not isinstance(value, list):
+                raise ValueError(f"{where}the field {name!r} is a JSON {_json_type(value)}; expected {what}")
+            bad = next((i for i, v in enumerate(value) if not ok(v)), None)
+            if bad is not None:
+                raise ValueError(f"{where}{name}[{bad}] is {_short(value[bad])} (a JSON {_json_type(value[bad])}); "
+                                 f"expected {what}")
+        specials, words, counts = d["specials"], d["words"], d["counts"]
+        if len(counts) != len(words):
+            raise ValueError(f"{where}the field 'counts' has {len(counts)} entries but 'words' has {len(words)}; "
+                             "expected one count per word")
+        seen: dict = {}
+        for name, tokens in (("specials", specials), ("words", words)):
+            for i, token in enumerate(tokens):
+                if token in seen:
+                    raise ValueError(f"{where}{name}[{i}] is {_short(token)}, already {seen[token]}; expected each "
+                                     "token once in 'specials' and 'words' together")
+                seen[token] = f"{name}[{i}]"
+        return cls(words, counts, tuple(specials))
 
     def save(self, path: str | os.PathLike) -> None:
         """Write JSON atomically."""
@@ -221,7 +267,15 @@ class Vocabulary:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Vocabulary":
         with open(path, encoding="utf-8") as fh:
-            return cls.from_dict(json.load(fh))
+            try:
+                d = json.load(fh)
+            except json.JSONDecodeError as exc:        # e.g. a truncated file: it named no file
+                raise ValueError(f"{path}: not a distattn vocabulary file: not valid JSON ({exc.msg}: line "
+                                 f"{exc.lineno} column {exc.colno})") from None
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}: not a distattn vocabulary file: not UTF-8 ({exc.reason}: byte "
+                                 f"{exc.start + 1})") from None
+        return cls.from_dict(d, source=path)
 
     def fingerprint(self) -> str:
         """A hash of the words and specials (for cache keys)."""
