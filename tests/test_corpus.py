@@ -113,6 +113,20 @@ def test_vocabulary_decode_refuses_an_id_out_of_range_naming_it_and_the_range(ba
         vocab.decode(np.array([2, 3, bad, 100]))
 
 
+@pytest.mark.parametrize("ids, shown", [
+    ([2, 1.7], "ids[1] = 1.7 is a float"), ([2, 3, True], "ids[2] = True is a bool"),
+    (np.array([2.0, 3.0]), "ids[0] = np.float64(2.0) is a float64"), (np.array([False, True]), "ids[0] = np.False_ is a bool"),
+    (["2"], "ids[0] = '2' is a str"),
+])
+def test_vocabulary_decode_refuses_ids_that_are_not_integers_naming_the_first(ids, shown):
+    """int() truncated them: 1.7 decoded as id 1 ('<unk>'), True as 1, '2' as 2, without a word."""
+    vocab = Vocabulary(["a", "b"])
+    assert vocab.decode(np.array([2, 3, -1], dtype=np.int64)) == vocab.decode([np.int32(2), 3, -1]) == ["a", "b", "<unk>"]
+    assert vocab.decode(np.array([3, 2], dtype=np.uint8)) == ["b", "a"]
+    with pytest.raises(TypeError, match=re.escape(shown) + ", not an integer id"):
+        vocab.decode(ids)
+
+
 def test_vocabulary_json_roundtrip(tmp_path):
     v = Vocabulary.build([["x", "y", "x", "é"]])
     v.save(tmp_path / "v.json")

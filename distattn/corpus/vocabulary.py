@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import os
 from collections import Counter
 from typing import Iterable, Sequence
@@ -54,6 +55,18 @@ def _json_type(value) -> str:
 def _short(value) -> str:
     shown = repr(value)
     return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
+def _integer_id(value, pos: int) -> int:
+    """``value`` (ids[pos] of :meth:`Vocabulary.decode`) as an int: anything with ``__index__``
+    but a bool (numpy and torch integers); a float, a bool or a string is a TypeError."""
+    if not isinstance(value, (bool, np.bool_)):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"ids[{pos}] = {_short(value)} is a {type(value).__name__}, not an integer id; allowed: "
+                    f"integers (int, numpy integers), e.g. an int64 array")
 
 
 class Vocabulary:
@@ -204,10 +217,15 @@ class Vocabulary:
     def decode(self, ids: Iterable[int]) -> list[str]:
         """Ids to token strings. -1 (the out-of-vocabulary marker of ``encode(oov="negative")``)
         gives ``"<unk>"``; any other id outside ``[0, len(self))`` is an IndexError naming it (it
-        gave ``"<unk>"`` too: ids of another vocabulary read as unknown words without a word)."""
+        gave ``"<unk>"`` too: ids of another vocabulary read as unknown words without a word). Ids
+        are integers (an int, a numpy integer, an integer array); a float, a bool or a string is a
+        TypeError naming it (``int()`` truncated them: 1.7 decoded as id 1, ``True`` as id 1)."""
+        # an integer array is checked at once; its tolist() gives Python ints
+        checked = isinstance(ids, np.ndarray) and ids.ndim == 1 and ids.dtype.kind in "iu"
         words = []
-        for pos, i in enumerate(ids):
-            i = int(i)
+        for pos, i in enumerate(ids.tolist() if checked else ids):
+            if not checked and type(i) is not int:
+                i = _integer_id(i, pos)
             if 0 <= i < len(self.itos):
                 words.append(self.itos[i])
             elif i == -1:
