@@ -237,6 +237,54 @@ def test_lm_targets_are_never_unk(tmp_path):
     assert (batch["ids"] == data.vocab.unk_id).sum() > 0
 
 
+def test_text_documents_without_tokens_are_left_out_of_every_set(tmp_path):
+    """A .txt of blank-line-separated paragraphs: the blank lines (documents without tokens) were
+    drawn into the splits, so 8 of the 12 evaluation documents and 2 of the 6 validation ones were
+    empty. Now the splits draw the same paragraphs as from the file without its blank lines."""
+    import dataclasses
+
+    from distattn.compare.config import CompareConfig
+    from distattn.compare.stages import load_data
+    rng = np.random.default_rng(0)
+    words = "the a of and to is was it this film movie great awful boring fun".split()
+    paragraphs = [" ".join(rng.choice(words, 20)) for _ in range(60)]
+    (tmp_path / "compact.txt").write_text("".join(p + "\n" for p in paragraphs))
+    (tmp_path / "paragraphs.txt").write_text("".join(p + "\n\n" for p in paragraphs))
+    # labelled empty texts trained and tested the classifier on no tokens
+    _jsonl(tmp_path / "labelled.jsonl", [{"text": p, "label": i % 2} for i, p in enumerate(paragraphs)])
+    _jsonl(tmp_path / "labelled_empty.jsonl", [r for i, p in enumerate(paragraphs)
+                                               for r in ({"text": p, "label": i % 2}, {"text": "", "label": 1})])
+    loaded = {}
+    for name in ("compact.txt", "paragraphs.txt", "labelled.jsonl", "labelled_empty.jsonl"):
+        cfg = CompareConfig(corpus="text", path=str(tmp_path / name), profile="quick")
+        loaded[name] = load_data(cfg, dataclasses.replace(cfg.sizes(), lm_docs=None), progress=False)
+    compact, para = loaded["compact.txt"], loaded["paragraphs.txt"]
+    labelled, labelled_empty = loaded["labelled.jsonl"], loaded["labelled_empty.jsonl"]
+    for part in ("clf_train", "clf_test"):
+        got, want = getattr(labelled_empty, part).tokens, getattr(labelled, part).tokens
+        assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.ids, want.ids), part
+    for part in ("stat_neg", "val_neg", "test_neg", "test_unk", "lm_neg"):
+        got, want = getattr(para, part), getattr(compact, part)
+        assert (got.lengths > 0).all(), part
+        assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.ids, want.ids), part
+    assert para.describe["documents"] == 120 and para.describe["documents_without_tokens"] == 60
+    assert para.describe["eval_docs"] == compact.describe["eval_docs"] == 6
+    assert "documents_without_tokens" not in compact.describe
+
+
+def test_text_corpus_with_fewer_than_20_documents_with_tokens_is_refused(tmp_path, capsys):
+    """20 lines of which 15 were blank passed the 20-document check, and the run then failed in the
+    projection stage with "torch.cat(): expected a non-empty list of Tensors" (its one validation
+    document was empty)."""
+    lines = ["the cat sat on the mat and the dog ran" if i % 4 == 0 else "" for i in range(20)]
+    path = tmp_path / "blank.txt"
+    path.write_text("".join(line + "\n" for line in lines))
+    code, out, err = run_cli(["--corpus", "text", "--path", str(path), "--out", str(tmp_path / "runs"), "-q",
+                              "--device", "cpu", "--no-models"], capsys)
+    assert code == 2 and ("the corpus has 20 documents, 5 of them with tokens; a comparison needs at least 20 "
+                          "with tokens") in err, err
+
+
 def test_one_stored_svd_serves_every_rank_the_stages_ask_for():
     import scipy.sparse as sp
 

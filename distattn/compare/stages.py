@@ -61,13 +61,16 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
     """Split the corpus. IMDB: statistics and LMs from train+unsup (minus the validation reviews),
     evaluation on test, the classifier on train -> test. A text corpus: a seeded split into
     statistics (85 %), validation (5 %) and test (10 %) documents; a classifier only if the
-    documents carry at least two labels."""
+    documents carry at least two labels. A text corpus's documents without tokens (a blank line of
+    a ``.txt`` file, an empty file, ``"text": ""``) have nothing to count, predict or classify:
+    they are left out of every set, and the minimum of 20 documents counts only the others."""
     kwargs = {"path": cfg.path} if cfg.corpus == "text" else \
         {"data_dir": cfg.data_dir, "progress": progress, "split": "train+test+unsup"}
     tc = tokenize_corpus(get_corpus(cfg.corpus, **kwargs), progress=progress)
     rng = np.random.default_rng(cfg.seed)
     n = len(tc)
     clf_skipped = None          # why a text corpus trains no classifier, for the report
+    n_empty = 0                 # a text corpus's documents without tokens, left out of every set
     if cfg.corpus == "imdb":
         train_idx = np.flatnonzero(tc.docs.split_mask("train"))
         unsup_idx = np.flatnonzero(tc.docs.split_mask("unsup"))
@@ -77,19 +80,28 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
         eval_idx = np.sort(rng.choice(test_idx, size=min(sizes.eval_docs, len(test_idx)), replace=False))
         clf_train_idx, clf_test_idx = train_idx, test_idx
     else:
-        if n < 20:
-            raise ValueError(f"the corpus has {n} documents; a comparison needs at least 20")
-        perm = rng.permutation(n)
-        n_test, n_val = max(2, n // 10), max(1, n // 20)
+        # documents without tokens (once counted here, and drawn into the evaluation and validation
+        # sets: a .txt of blank-line-separated paragraphs had them about half empty)
+        with_tokens = np.flatnonzero(tc.tokens.lengths > 0)
+        m = len(with_tokens)
+        if m < 20:
+            raise ValueError(f"the corpus has {n} documents" + (f", {m} of them with tokens" if m < n else "")
+                             + "; a comparison needs at least 20" + (" with tokens" if m < n else ""))
+        n_empty = n - m
+        if n_empty:
+            log.info("%d of the %d documents have no tokens (blank lines, empty files or texts); they are left "
+                     "out of every set", n_empty, n)
+        perm = with_tokens[rng.permutation(m)]          # = rng.permutation(n) when every document has tokens
+        n_test, n_val = max(2, m // 10), max(1, m // 20)
         eval_idx = np.sort(perm[:min(n_test, sizes.eval_docs)])
         val_idx = np.sort(perm[n_test:n_test + min(n_val, sizes.val_docs)])
         stat_idx = np.sort(perm[n_test + n_val:])
-        labelled = tc.labels >= 0
-        other = np.flatnonzero(labelled & (tc.labels > 1))
+        other = np.flatnonzero(tc.labels > 1)
         if other.size:
             raise ValueError(f"{other.size} document(s) have a label other than 0 or 1, the first document "
                              f"{other[0]} (0-based, in corpus order) label {int(tc.labels[other[0]])}; the classifier "
                              f"is binary: labels 0 and 1, or -1 / none for unlabelled documents")
+        labelled = (tc.labels >= 0) & (tc.tokens.lengths > 0)
         clf_train_idx = np.setdiff1d(np.flatnonzero(labelled), perm[:n_test])
         clf_test_idx = np.intersect1d(np.flatnonzero(labelled), perm[:n_test])
         skip = None
@@ -132,6 +144,8 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
                      "validation_docs": len(val_idx), "eval_docs": len(eval_idx), "eval_len": sizes.eval_len,
                      "lm_docs": len(lm_idx), "classifier_train_docs": 0 if clf_train is None else len(clf_train),
                      "classifier_test_docs": 0 if clf_test is None else len(clf_test)}
+    if n_empty:
+        data.describe["documents_without_tokens"] = n_empty
     if clf_skipped:
         data.describe["classifier_skipped"] = clf_skipped
     return data
