@@ -182,6 +182,19 @@ def test_vocabulary_load_of_a_file_that_is_no_json_object_names_the_file(tmp_pat
     assert Vocabulary.from_dict(_VOCAB).counts.tolist() == [0, 0, 3, 2]
 
 
+def test_a_corpus_of_more_than_128_splits_keeps_each_documents_split(tmp_path):
+    """Split codes were int8: the 129th split raised a bare OverflowError (numpy 1 wrapped it to -128,
+    and selecting that split gave no document)."""
+    from distattn.corpus.tokenized import TokenizedCorpus
+    tc = tokenize_corpus([Document(f"w{i} x", split=f"s{i}") for i in range(300)], cache=False)
+    tc.save(tmp_path / "entry")
+    for tc in (tc, TokenizedCorpus.load(tmp_path / "entry")):
+        assert [len(tc.split(f"s{i}")) for i in (0, 127, 128, 299)] == [1, 1, 1, 1]
+        assert tc.split("s200").types[tc.split("s200").tokens.ids[0]] == "w200"
+    small = tokenize_corpus([Document("a", split="x"), Document("b", split="y")], cache=False)
+    assert small.docs.split_codes.dtype == np.int8
+
+
 def test_ragged_ops():
     r = RaggedIds.from_sequences([[1, 2, 3], [], [4, 5], [6]])
     t = r.take([2, 0])

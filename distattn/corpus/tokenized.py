@@ -63,8 +63,10 @@ class DocumentTable:
     def __init__(self, labels, ratings, split_codes, split_names):
         self.labels = _int8_field(labels, "label", -1, 127)
         self.ratings = _int8_field(ratings, "rating", 0, 127)
-        self.split_codes = np.asarray(split_codes, dtype=np.int8)
         self.split_names = list(split_names)
+        # int8 holds the codes of 128 splits: a 129th overflowed (numpy 2: OverflowError; numpy 1: it
+        # wrapped to -128, and no name selected its documents)
+        self.split_codes = np.asarray(split_codes).astype(np.int8 if len(self.split_names) <= 128 else np.int32)
 
     def take(self, docs: np.ndarray) -> "DocumentTable":
         return DocumentTable(self.labels[docs], self.ratings[docs], self.split_codes[docs], self.split_names)
