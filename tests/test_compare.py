@@ -446,10 +446,16 @@ def _jsonl(path, rows):
      "1 document(s) have a label other than 0 or 1, the first document 10 (0-based, in corpus order) label 2"),
     ("oneword", [{"text": f"w{i % 7}"} for i in range(40)],
      "the statistics documents give no co-occurrence within 10 tokens: each has fewer than two in-vocabulary"),
+    # seed 0 draws documents 19 and 4 for evaluation and 10 for validation out of 25
+    ("oneword_val", [{"text": "alpha" if i == 10 else "alpha beta gamma delta"} for i in range(25)],
+     "the 1 validation document(s) hold no next-token position with an in-vocabulary target"),
+    ("oneword_eval", [{"text": "alpha" if i in (4, 19) else "alpha beta gamma delta"} for i in range(25)],
+     "the 2 evaluation document(s) hold no next-token position with an in-vocabulary target"),
 ])
 def test_corpora_the_study_cannot_use_fail_clearly_and_leave_no_output_dir(tmp_path, capsys, name, rows, message):
     """A label 2 once failed inside the classifier as "document 8 has label np.int8(2)" (an index of a
-    subset); one-word documents as "bounds entry must be a finite real number > 0; got nan"."""
+    subset); one-word documents as "bounds entry must be a finite real number > 0; got nan"; a one-word
+    validation document likewise, and one-word evaluation documents gave next-token rows of no positions."""
     out_dir = tmp_path / "new" / "out"
     code, out, err = run_cli(["--corpus", "text", "--path", str(_jsonl(tmp_path / f"{name}.jsonl", rows)),
                               "--out", str(out_dir), "-q", "--device", "cpu"], capsys)

@@ -272,9 +272,17 @@ def stage_projection(data: Data, stats: Stats, sizes, device, cache: bool = True
     import torch
 
     from distattn.projection import (KneserNeyLM, UnigramLM, directional_factors, evaluate_next_token,
-                                     fit_temperature, positional_distributions, svd_heads)
+                                     fit_temperature, positional_distributions, prediction_targets, svd_heads)
     from distattn.projection.device_scorers import Asymmetric, DeviceNgram, MultiHead, Positional, Symmetric
     V = len(data.vocab)
+    for name, docs in (("validation", data.val_neg), ("evaluation", data.test_neg)):
+        # a validation set without one failed below ("torch.cat(): expected a
+        # non-empty list of Tensors", or "bounds entry ... got nan"); an evaluation set without one
+        # gave next-token rows of no positions, shown as blanks
+        if not prediction_targets(docs)[1].any():
+            raise ValueError(f"the {len(docs)} {name} document(s) hold no next-token position with an in-vocabulary "
+                             f"target (each has a single token, or the tokens after its first are out of the "
+                             f"vocabulary); the comparison needs documents of several words")
     kw = dict(vocab_size=V, device=device, batch_positions=4096 if device.type == "cpu" else 8192)
 
     def build(key):
