@@ -479,6 +479,19 @@ def test_one_label_skips_the_classifier_and_says_why(tmp_path, capsys, caplog):
     assert "Held-out test documents." in report and "§IV.B" not in report   # the seed's IMDB reviews: IMDB only
 
 
+def test_a_vocabulary_of_fewer_than_13_words_runs_the_subspace_alignment(tmp_path, capsys):
+    """The alignment of the LMs' QK circuits with PPMI took 10 singular vectors of PPMI whatever its
+    size: four words (a vocabulary of 6 with the specials) failed with "k must be an integer in
+    [1, 6], got 10"."""
+    rows = [{"text": "alpha beta gamma delta"} for _ in range(25)]
+    code, out, err = run_cli(["--corpus", "text", "--path", str(_jsonl(tmp_path / "tiny.jsonl", rows)),
+                              "--out", str(tmp_path / "runs"), "-q", "--device", "cpu"], capsys)
+    assert code == 0, err
+    metrics = json.loads(next((tmp_path / "runs").glob("*/metrics.json")).read_text())
+    align = metrics["analysis"]["subspace_alignment"]
+    assert metrics["data"]["vocab_size"] == 6 and align and {a["k"] for a in align} == {3}
+
+
 def test_a_data_dir_that_is_not_a_directory_is_refused(tmp_path, monkeypatch):
     """A typo in --data-dir once fell back to $DISTATTN_DATA_DIR (or a download) without a word."""
     from distattn.compare.config import CompareConfig
