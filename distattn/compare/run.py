@@ -381,10 +381,10 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
         for stat_name, _, _ in statistics:
             corr.append({"model": name, "layer": 0, "head": h, "statistic": stat_name,
                          **per_stat[stat_name][i].to_dict()})
-    # at most the spectrum's rank: a vocabulary of fewer than 13 words asked PPMI (V, V) for 10
-    # singular vectors ("k must be an integer in [1, V], got 10")
-    kk = min([10, u_P.shape[1]] + [qk.left.shape[-1] for _, _, qk in heads])
-    basis = u_P[:, :kk]                                                                  # PPMI's top-k subspace
+    # clamped to the vocabulary: one of fewer than 13 words asked PPMI (V, V) for 10 singular
+    # vectors ("k must be an integer in [1, V - 3], got 10")
+    kk = min([clamp_rank(10, len(words))] + [qk.left.shape[-1] for _, _, qk in heads])
+    basis = u_P[:, :kk] if kk <= u_P.shape[1] else A.top_singular_vectors(stats.P, kk)   # PPMI's top-k subspace
     for name, qk in circuits.items():
         for h, a in enumerate(circuit_alignment(stats.P, qk, kk, basis=basis)):
             align.append({"model": name, "head": h, "k": kk, **(a.to_dict() if hasattr(a, "to_dict") else vars(a))})
