@@ -850,6 +850,32 @@ def test_a_directory_corpus_skips_hidden_files_and_directories_below_its_root(tm
         TextCorpus(root)
 
 
+def test_a_directory_corpus_with_an_unreadable_subdirectory_is_refused_naming_it(tmp_path, monkeypatch):
+    """rglob skips a directory it cannot list (mode 000, another user's) without an error, so its
+    documents were left out of the corpus silently. (Listing is refused here through os.scandir,
+    as root may list any directory whatever its mode.) An unreadable hidden directory holds no
+    documents and is no error."""
+    import os
+    (tmp_path / "locked").mkdir()
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / "a.txt").write_text("alpha")
+    (tmp_path / "locked" / "b.txt").write_text("beta")
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if os.path.basename(os.fspath(path)) in ("locked", ".cache"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    with pytest.raises(ValueError, match=re.escape(f"cannot list directory {str(tmp_path / 'locked')!r}")
+                       + r".*Permission denied"):
+        TextCorpus(tmp_path)
+    (tmp_path / "locked" / "b.txt").rename(tmp_path / "b.txt")
+    (tmp_path / "locked").rmdir()
+    assert [d.name for d in TextCorpus(tmp_path)] == ["a.txt", "b.txt"]
+
+
 @pytest.mark.parametrize("split", ["train+unsup", "", " train", "train "])
 def test_a_jsonl_split_that_could_never_be_selected_is_refused_naming_file_line_and_value(tmp_path, split):
     """tc.split(...) parses 'a+b' as two splits, refuses '' and strips spaces: a document whose

@@ -2,7 +2,7 @@
 ``\\r\\n``, whatever the encoding), a directory of ``.txt``
 files (one document per file, searched recursively and sorted by relative path; hidden files and
 directories below it, whose names start with ``.``, such as ``.#notes.txt`` or
-``.ipynb_checkpoints/``, are skipped), or a ``.jsonl`` file whose lines are
+``.ipynb_checkpoints/``, are skipped; another subdirectory that cannot be listed is an error), or a ``.jsonl`` file whose lines are
 objects with a ``text`` field, an optional integer ``label`` and an optional ``split`` (a
 non-empty name without ``+``, which joins splits when selecting them, and without spaces at its
 ends; ``"all"`` when absent); each of these keys at most once in an object.
@@ -53,7 +53,7 @@ class TextCorpus(Corpus):
         if self.path.is_dir():
             self.kind = "dir"
             # the suffix in any case, as for a single file: rglob("*.txt") left out B.TXT without a word
-            found = sorted(p for p in self.path.rglob("*") if p.suffix.lower() == ".txt" and p.is_file())
+            found = sorted(p for p in _walk(self.path) if p.suffix.lower() == ".txt" and p.is_file())
             # hidden files and directories below the root (editor temporaries such as .#notes.txt,
             # .ipynb_checkpoints/, .git/) are no documents; the root itself may be under a hidden one
             self._files = [p for p in found if not _hidden(p.relative_to(self.path))]
@@ -209,6 +209,25 @@ class _Object(dict):
             seen: set = set()
             obj.duplicates = tuple(k for k, _ in pairs if k in seen or seen.add(k))
         return obj
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Every file below a directory, as ``rglob("*")`` found them (symbolic links to directories
+    are not followed); a directory that cannot be listed is an error naming it (``rglob`` skipped
+    it and its documents without a word), unless it is hidden, whose files are no documents."""
+    def refuse(exc: OSError):
+        where = Path(exc.filename) if exc.filename is not None else root
+        try:
+            if _hidden(where.relative_to(root)):
+                return
+        except ValueError:
+            pass
+        raise ValueError(f"cannot list directory {str(where)!r} of the text corpus {str(root)!r} "
+                         f"({exc.strerror or exc}); its .txt files would be left out: make it readable or "
+                         "move it out of the corpus") from None
+    for folder, _, names in os.walk(root, onerror=refuse):
+        for name in names:
+            yield Path(folder) / name
 
 
 def _hidden(relative: Path) -> bool:
