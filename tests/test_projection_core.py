@@ -154,6 +154,27 @@ def test_log_softmax_is_finite_for_huge_evidence():
     np.testing.assert_allclose(np.exp(log_softmax([3.0, 1.0, 2.0], temperature=0.5)).sum(), 1.0)
 
 
+@pytest.mark.parametrize("normalization", ["none", "row"])
+def test_predictor_next_token_scores_take_a_tiny_temperature(normalization):
+    """next_token_logits divided e_t by τ before subtracting the max (e_t / τ = inf at τ = 1e-310),
+    and the fused path scaled by 1 / τ = inf: evaluate_next_token failed with "the model
+    produced NaN scores". The limit is one-hot at each prefix's top word, as predict_log_proba's."""
+    from distattn.corpus.paper import load_paper_corpus
+    from distattn.projection import evaluate_next_token
+    paper = load_paper_corpus()
+    docs = [paper.encode("river_bank_flooded"), paper.encode("bank_loan")]
+    model = ProjectionPredictor(normalization=normalization).fit(paper.cooc)
+    tiny = ProjectionPredictor(normalization=normalization, temperature=1e-310).fit(paper.cooc)
+    for doc in docs:
+        e = model.next_token_logits(doc)
+        np.testing.assert_array_equal(tiny.next_token_logits(doc), np.where(e == e.max(1, keepdims=True), 0.0, -np.inf))
+    _, logp, _ = evaluate_next_token(tiny, docs, return_scores=True)
+    want = np.concatenate([np.r_[log_softmax(model.next_token_logits(d)[:-1], temperature=1e-310)[
+        np.arange(len(d) - 1), d[1:]], np.nan] for d in docs])
+    np.testing.assert_array_equal(logp, want)
+    assert np.isnan(logp).sum() == len(docs) and (logp == -np.inf).any()
+
+
 def test_next_token_distribution_temperature(S):
     ids = [3, 7, 12]
     e = global_evidence(ids, S)

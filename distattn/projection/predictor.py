@@ -160,7 +160,10 @@ class ProjectionPredictor(BaseEstimator):
 
     # ------------------------------------------------------------------ causal next-token interface
     def next_token_logits(self, token_ids) -> np.ndarray:
-        """Causal logits: row t is ``e_t / temperature`` for the prefix ``token_ids[:t+1]``.
+        """Causal logits: row t is ``(e_t - max e_t) / temperature`` for the prefix ``token_ids[:t+1]``,
+        the logits ``e_t / temperature`` shifted by a constant (the softmax is unchanged); the max
+        is subtracted first, as in ``log_softmax``: ``e_t / temperature`` overflowed to inf (NaN
+        log p) for a tiny temperature.
 
         OOV tokens are skipped (a prefix with no in-vocabulary token gives zeros, i.e. the
         uniform distribution). Shape (length, vocab_size), a numpy array (a torch tensor on
@@ -181,12 +184,17 @@ class ProjectionPredictor(BaseEstimator):
             C = torch_causal_weights(_context(csr, kt), self.normalization, zero_rows=self.zero_rows,
                                      attention_temperature=self.attention_temperature)
             logits = torch.bmm(C, csr.dense_rows(kt))[0]
+            logits -= logits.amax(-1, keepdim=True)
             logits /= torch.arange(1, k.size + 1, device=dev, dtype=logits.dtype)[:, None] * self.temperature
             logits = torch.cat([logits, torch.zeros(1, self.vocab_size_, device=dev, dtype=logits.dtype)])
             return logits[torch.as_tensor(row, device=dev)]   # row -1 picks the zero row
         C = causal_weights(_gather(self.cooc_, k), self.normalization, zero_rows=self.zero_rows,
                            attention_temperature=self.attention_temperature)
-        logits = np.vstack([causal_logits(k, self.cooc_, C) / self.temperature, np.zeros((1, self.vocab_size_))])
+        e = causal_logits(k, self.cooc_, C)
+        if e.size:
+            e -= e.max(axis=1, keepdims=True)
+        with np.errstate(over="ignore"):      # a tiny temperature: -inf where p is 0
+            logits = np.vstack([e / self.temperature, np.zeros((1, self.vocab_size_))])
         return logits[row]
 
     def score_next_tokens(self, documents, *, temperature: float = 1.0, prior=None, prior_weight: float = 0.0):
