@@ -1,6 +1,8 @@
 """Core projection: Q, M, Norm(M), softmax, QS, E, e_global; batched numpy and torch paths;
 the estimator; bad input."""
 
+import re
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -354,6 +356,36 @@ def test_torch_softmax_paths_take_a_tiny_temperature_or_huge_scores(S):
     assert S[3, 3] == 0 and logp[0] == -np.log(V)        # the first prefix's evidence is all zero: uniform at any τ
     np.testing.assert_array_equal(logp[1:5] == 0, rank[1:5] == 0)
     assert np.all((logp[1:5] == 0) | (logp[1:5] == -np.inf))
+
+
+def test_torch_paths_refuse_a_temperature_that_float32_cannot_hold(S):
+    """A float32 tensor divided by τ = 1e-46 (0 in float32) gave NaN: torch_attention's rows came
+    out all zero after nan_to_num (a silently empty e_global), torch_causal_weights and
+    torch_causal_scores NaN. A τ below float32's smallest normal is refused, naming the dtype and
+    the smallest allowed value; float64 still takes it, and the smallest normal still works."""
+    import torch
+    from distattn.projection.torch_ops import torch_attention, torch_causal_scores, torch_causal_weights
+    M = torch.tensor([[[1.0, 3.0, 2.0], [3.0, 1.0, 0.0], [2.0, 0.0, 1.0]]])
+    known = torch.tensor([[True, True, False]])
+    tiny = torch.finfo(torch.float32).tiny
+    doc = [np.array([3, 7, 3, 9, 7, 3])]
+    for tau in (1e-46, 1e-310, tiny / 2):
+        msg = re.escape(f"temperature={tau!r} is too small for torch.float32 scores: below {tiny!r}") + \
+            r".*" + re.escape(f"temperature >= {tiny!r}")
+        with pytest.raises(ValueError, match="attention_" + msg):
+            torch_attention(M, known, "softmax", attention_temperature=tau)
+        with pytest.raises(ValueError, match="attention_" + msg):
+            torch_causal_weights(M, "softmax", attention_temperature=tau)
+        with pytest.raises(ValueError, match=msg):
+            torch_causal_scores(doc, S, temperature=tau, device="cpu")
+        with pytest.raises(ValueError, match=msg):
+            ProjectionPredictor(temperature=tau, device="cpu").fit(S).next_token_logits(doc[0])
+    np.testing.assert_array_equal(torch_attention(M, known, "softmax", attention_temperature=tiny).numpy(),
+                                  [[[0, 1, 0], [1, 0, 0], [0, 0, 0]]])
+    assert not torch_causal_weights(M, "softmax", attention_temperature=tiny).isnan().any()
+    logp, _ = torch_causal_scores(doc, S, temperature=tiny, device="cpu")
+    assert not np.isnan(logp[:5]).any()
+    assert not torch_causal_weights(M.double(), "softmax", attention_temperature=1e-310).isnan().any()
 
 
 @pytest.mark.parametrize("normalization", ["none", "row", "softmax"])

@@ -134,6 +134,26 @@ def test_the_torch_scoring_branch_takes_huge_evidence_at_a_small_temperature(dev
     assert np.all((logp[scored] == 0) | (logp[scored] < -1e30))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_device_scorers_refuse_a_temperature_that_float32_cannot_hold(device):
+    """The torch branch divided the float32 evidence by τ: τ = 1e-46 is 0 in float32, and every
+    log p was NaN ("the model produced NaN scores"); the CPU kernel's scale 1 / 1e-310 was inf.
+    A τ below float32's smallest normal is refused naming the dtype; the smallest normal works."""
+    V = 40
+    S = _random_csr(V, density=0.3, seed=2, symmetric=True)
+    docs = _docs(V)
+    tiny = torch.finfo(torch.float32).tiny
+    for offset in (None, torch.zeros(V, device=device)):
+        model = Symmetric(S, "row", vocab_size=V, device=torch.device(device), batch_positions=40)
+        model.offset = offset
+        for tau in (1e-46, 1e-310):
+            with pytest.raises(ValueError, match=rf"temperature={tau!r} is too small for torch\.float32 scores.*"
+                                                 rf"temperature >= {tiny!r}"):
+                model.score_next_tokens(docs, temperature=tau)
+        logp, rank = model.score_next_tokens(docs, temperature=tiny)
+        assert not np.isnan(logp[rank >= 0]).any()
+
+
 def _check_scores(model, docs, V, want, want_rank):
     for caching in (False, True):
         with model.caching() if caching else contextlib.nullcontext():

@@ -158,12 +158,15 @@ class CausalProjection:
 
     def score_next_tokens(self, docs, *, temperature=1.0, prior=None, prior_weight=0.0):
         import torch
+
+        from distattn.projection.torch_ops import _temperature
         if prior is not None and prior_weight > 0:
             raise ValueError("priors are not supported by this scorer")
         logp = np.full(docs.n_tokens, np.nan)
         rank = np.full(docs.n_tokens, -1, dtype=np.int64)
         blocks = self.cached_blocks(docs) if self._caching else self._blocks(docs, reuse=True)
         for flat, tgt, x, rk in blocks:
+            _temperature(temperature, "temperature", x.dtype)
             if self.offset is None and x.device.type == "cpu":     # one fused pass, no (n, V) temporaries
                 logp[flat], rank[flat] = _score_block(x.numpy(), tgt.numpy(), temperature, None, 0.0)
                 continue

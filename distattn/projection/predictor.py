@@ -177,7 +177,9 @@ class ProjectionPredictor(BaseEstimator):
         if self.device is not None:
             import torch
 
-            from distattn.projection.torch_ops import _context, _DeviceCSR, resolve_device, torch_causal_weights
+            from distattn.projection.torch_ops import (_context, _DeviceCSR, _temperature, resolve_device,
+                                                       torch_causal_weights)
+            _temperature(self.temperature, "temperature", torch.float32)
             dev = resolve_device(self.device)
             csr = _DeviceCSR(self.cooc_, dev, torch.float32)
             kt = torch.as_tensor(k, device=dev)[None]

@@ -35,6 +35,19 @@ def resolve_device(device=None) -> torch.device:
     return torch.device(device)
 
 
+def _temperature(value, name: str, dtype: torch.dtype) -> float:
+    """A temperature that divides scores of ``dtype``: in float32 (or a narrower type) one below
+    the smallest normal number becomes a subnormal or 0 there, and the scores / τ came out NaN
+    (an all-zero attention row after ``nan_to_num``, NaN log p); float64 takes any τ > 0."""
+    tau = _checks.positive_float(value, name)
+    if dtype.is_floating_point and dtype != torch.float64 and tau < torch.finfo(dtype).tiny:
+        tiny = torch.finfo(dtype).tiny
+        raise ValueError(f"{name}={value!r} is too small for {dtype} scores: below {tiny!r}, the smallest normal "
+                         f"{dtype}, it rounds to a subnormal or to 0 there and the probabilities come out NaN; "
+                         f"allowed: {name} >= {tiny!r}, or the computation in torch.float64")
+    return tau
+
+
 class Workspace:
     """Named flat buffers that grow as needed and are handed out again as views.
 
@@ -180,7 +193,7 @@ def torch_attention(M: torch.Tensor, known: torch.Tensor, normalization: str = "
     if normalization == "none":
         return M * pair
     if normalization == "softmax":
-        tau = _checks.positive_float(attention_temperature, "attention_temperature")
+        tau = _temperature(attention_temperature, "attention_temperature", M.dtype)
         x = M.masked_fill(~pair, float("-inf"))
         if x.shape[-1]:     # the max first: M / τ overflowed to inf for a tiny τ or huge M, and nan_to_num zeroed the row
             top = x.amax(-1, keepdim=True)
@@ -265,7 +278,7 @@ def torch_causal_weights(M: torch.Tensor, normalization: str = "none", *,
         elif zero_rows == "self":
             C = C + zero.to(C.dtype)
         return C * lower
-    tau = _checks.positive_float(attention_temperature, "attention_temperature")
+    tau = _temperature(attention_temperature, "attention_temperature", M.dtype)
     C = torch.zeros_like(M)
     for t in range(L):                                                  # prefixes, O(L) small kernels
         X = M[:, :t + 1, :t + 1]
@@ -289,7 +302,7 @@ def torch_causal_scores(documents, cooc, *, normalization: str = "none", zero_ro
     docs = _checks.documents(documents, V, unk_id=unk_id)
     dev = resolve_device(device)
     csr = _DeviceCSR(S, dev, dtype)
-    temperature = _checks.positive_float(temperature, "temperature")
+    temperature = _temperature(temperature, "temperature", dtype)
     batch_positions = _checks.positive_int(batch_positions, "batch_positions")
     prior = _checks.prior(prior, prior_weight, V)
     prior_t = None if prior is None else torch.as_tensor(prior, device=dev, dtype=dtype)
