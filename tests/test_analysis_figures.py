@@ -116,3 +116,21 @@ def test_attention_graph_refuses_top_k_below_one(tmp_path, top_k):
     with pytest.raises(ValueError, match="top_k must be an integer >= 1"):
         figures.plot_attention_graph(_rows(4, 1), tmp_path / "graph.png", top_k=top_k)
     assert not (tmp_path / "graph.png").exists()
+
+
+@pytest.mark.parametrize("threshold", [np.nan, np.inf, -np.inf, -0.1, "0.2", True])
+def test_attention_graph_refuses_a_threshold_that_is_not_a_finite_weight_at_least_zero(tmp_path, threshold):
+    # NaN drew an empty graph silently; a negative threshold drew every zero-weight pair as an
+    # arrow (with NaN widths when all were zero); a string failed inside numpy's comparison
+    with pytest.raises(ValueError, match=r"threshold must be a finite real number >= 0"):
+        figures.plot_attention_graph(np.eye(3), tmp_path / "graph.png", threshold=threshold)
+    assert not (tmp_path / "graph.png").exists()
+
+
+def test_attention_graph_threshold_draws_the_other_keys_above_it(tmp_path, monkeypatch):
+    drawn = _edges(monkeypatch)
+    A = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.25, 0.35, 0.4]])
+    figures.plot_attention_graph(A, tmp_path / "g.png", threshold=0.15)
+    figures.plot_attention_graph(A, tmp_path / "g0.png", threshold=0)
+    assert drawn[0] == [(0, 1), (2, 0), (2, 1)]
+    assert drawn[1] == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]

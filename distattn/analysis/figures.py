@@ -15,6 +15,7 @@ Every function returns the path written.
 
 from __future__ import annotations
 
+import numbers
 import os
 from pathlib import Path
 
@@ -144,7 +145,7 @@ def plot_attention_graph(attention, path, tokens=None, *, threshold: float | Non
                          title: str = "Attention graph") -> Path:
     """Draw one (R, R) attention matrix as a graph: tokens on a circle, an arrow from each
     query to its ``top_k`` strongest other keys (an integer >= 1; or to every other key above
-    ``threshold``), width and colour by weight; node size by weighted in-degree (attention
+    ``threshold``, a finite number >= 0), width and colour by weight; node size by weighted in-degree (attention
     received). Self-attention is no arrow and does not count among the ``top_k``: it is shown
     as the node's colour (darker = more attention to itself)."""
     import matplotlib
@@ -162,6 +163,11 @@ def plot_attention_graph(attention, path, tokens=None, *, threshold: float | Non
         raise ValueError(f"tokens has {len(labels)} labels but the attention has {R} positions")
     keep = np.zeros_like(A, dtype=bool)
     if threshold is not None:
+        # NaN or inf drew no arrow without a word; a negative one drew zero weights (NaN widths)
+        if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not np.isfinite(threshold) \
+                or threshold < 0:
+            raise ValueError(f"threshold must be a finite real number >= 0 (a weight: arrows to the keys above "
+                             f"it); got {threshold!r}")
         keep = A > threshold
     else:
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
