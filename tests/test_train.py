@@ -543,6 +543,27 @@ def test_plans_and_scorers_refuse_values_that_once_misbehaved():
         ClassificationTask(ClassificationData(docs, y, max_len=16), eval_batch_size=0)
 
 
+def test_lm_scorer_takes_the_one_hot_limit_at_a_tiny_temperature():
+    """NextTokenScorer divided the logits by the temperature before the log-sum-exp: at 1e-310 they
+    overflowed to inf (NaN log p, 'the model produced NaN scores'), and below float32's smallest normal
+    the division was by 0. The limit: log p 0 where the target is the argmax, about -gap/τ elsewhere."""
+    from distattn.models import LMConfig, TransformerLM
+    from distattn.train.lm_eval import NextTokenScorer
+    torch.manual_seed(0)
+    lm = TransformerLM(LMConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, max_len=8))
+    docs = RaggedIds.from_sequences([np.array([2, 3, 4, 5, 6, 7]), np.array([9, 8, 7])])
+    scorer = NextTokenScorer(lm, bos_id=0, oov_id=1)
+    lp1, rk1 = scorer.score_next_tokens(docs, temperature=1.0)
+    scored = ~np.isnan(lp1)
+    assert scored.sum() == 5 + 2                                          # tokens after the first of each
+    for tau in (1e-46, 1e-310):
+        lp, rk = scorer.score_next_tokens(docs, temperature=tau)
+        np.testing.assert_array_equal(rk, rk1)                               # the order does not depend on τ
+        assert not np.isnan(lp[scored]).any()
+        top = rk1[scored] == 0
+        assert (lp[scored][top] == 0).all() and (lp[scored][~top] < -1e40).all()     # -1e45 at 1e-46, -inf at 1e-310
+
+
 def test_data_refuses_special_ids_outside_the_vocabulary():
     docs = [np.array([2, 3, 4]), np.array([5, 6])]
     with pytest.raises(ValueError, match=r"head_fraction must be a number in \[0, 1\]"):
