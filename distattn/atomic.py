@@ -12,6 +12,12 @@ container that got a new host name when it restarted), whose writer cannot be as
 when nothing in it was modified for more than ``STALE_FOREIGN_TEMP_AGE`` seconds (a day). Anything
 else there stays: younger temporaries of other hosts, older names without an owner, a download's
 ``NAME.part``. A failure while sweeping never fails the write.
+
+The contents are made durable before the rename (``fsync`` of the file, or of every file and
+directory in a temporary directory) and the rename after it (``fsync`` of the target's
+directory, where the platform allows): without that, a power loss or kernel crash soon after a
+write could leave the new name pointing at empty or partial files (delayed allocation), so a
+cache entry whose ``done`` marker is present would hold zero-length arrays.
 """
 
 from __future__ import annotations
@@ -119,6 +125,40 @@ def _default_mode(path: Path, is_dir: bool) -> None:
         os.chmod(path, (0o777 if is_dir else 0o666) & ~_umask())
 
 
+def _fsync_path(path: Path) -> None:
+    """Flush a file's contents to disk (a directory: each file and directory in it, then itself)."""
+    if path.is_dir() and not path.is_symlink():
+        for root, dirs, files in os.walk(path, topdown=False):
+            for name in files:
+                p = os.path.join(root, name)
+                if not os.path.islink(p):
+                    _fsync_file(p)
+            _fsync_dir(root)
+    elif path.is_file():
+        _fsync_file(path)
+
+
+def _fsync_file(path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path) -> None:
+    """fsync a directory, so that a rename or new name in it survives a crash; not every platform
+    or file system can open or sync a directory (Windows, some network mounts): best effort."""
+    if os.name != "posix":
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path in the target's directory; rename it onto ``target`` on success.
@@ -135,7 +175,9 @@ def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     try:
         yield tmp_path
         _default_mode(tmp_path, tmp_path.is_dir())
+        _fsync_path(tmp_path)           # the contents on disk before the name points at them
         os.replace(tmp_path, target)
+        _fsync_dir(target.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
@@ -156,12 +198,15 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp
         _default_mode(tmp, True)
+        _fsync_path(tmp)                # the files on disk before the name points at them
         try:
             os.rename(tmp, target)
         except OSError:
             if not target.exists():
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            _fsync_dir(target.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

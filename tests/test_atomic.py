@@ -230,3 +230,37 @@ def test_another_hosts_temporary_is_removed_once_it_is_over_a_day_old(tmp_path, 
     _age_tree(tmp_path / young, day / 2)
     _write(kind, tmp_path / "a")
     assert {p.name for p in tmp_path.iterdir()} == kept | {"a"}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names the fsynced files through /proc (Linux)")
+def test_contents_are_flushed_before_the_rename_and_the_rename_after(tmp_path, monkeypatch):
+    """The rename alone once made the write atomic but not durable: after a power loss the new name
+    could point at zero-length files (delayed allocation), e.g. a cache entry whose done marker is
+    there but whose arrays are empty. Every file (and a directory's files and subdirectories) is
+    fsynced before the rename, and the parent directory after it."""
+    import distattn.atomic as atomic
+    events = []
+    real_fsync, real_replace, real_rename = os.fsync, os.replace, os.rename
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(atomic.os, "fsync", fsync)
+    monkeypatch.setattr(atomic.os, "replace", lambda a, b: (events.append(("rename", str(b))), real_replace(a, b)))
+    monkeypatch.setattr(atomic.os, "rename", lambda a, b: (events.append(("rename", str(b))), real_rename(a, b)))
+    with atomic_path(tmp_path / "a.txt") as tmp:
+        tmp.write_text("x")
+    names = [(kind, os.path.basename(p) if kind == "fsync" else p) for kind, p in events]
+    assert names[0][0] == "fsync" and names[0][1].startswith(".a.txt.") and names[0][1].endswith(".part")
+    assert names[1] == ("rename", str(tmp_path / "a.txt")) and events[2] == ("fsync", str(tmp_path))
+    events.clear()
+    with atomic_dir(tmp_path / "d") as tmp:
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "x.npy").write_bytes(b"1")
+        (tmp / "done.json").write_text("{}")
+    rename = events.index(("rename", str(tmp_path / "d")))
+    synced = {os.path.basename(p) for kind, p in events[:rename]}
+    assert {"x.npy", "done.json", "sub"} <= synced
+    assert any(p.endswith(".part") for kind, p in events[:rename])        # the temporary directory itself
+    assert events[rename + 1:] == [("fsync", str(tmp_path))]
