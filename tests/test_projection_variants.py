@@ -402,6 +402,18 @@ def test_cross_projection(sym_S):
         cross_context_matrix(tgt, [], sym_S)
 
 
+def test_cross_row_normalisation_of_signed_scores_points_at_an_option_of_the_caller(sym_S):
+    """cross_vocabulary_evidence(normalization='row') on a signed S passed on row_normalize's hint,
+    'Use softmax_rows for signed scores': a function the caller never called (as
+    vocabulary_evidence once did); the option that works is normalization='softmax'."""
+    tgt, src = np.array([3, 8]), np.array([1, 8, 20])
+    signed = sym_S - 0.5
+    with pytest.raises(ValueError, match=r"normalization='row' needs non-negative weights; the minimum is .*"
+                                         r"Use normalization='softmax' for signed scores"):
+        cross_vocabulary_evidence(tgt, src, signed, normalization="row")
+    cross_vocabulary_evidence(tgt, src, signed, normalization="softmax")        # the hint's option works
+
+
 def test_combine_heads_refuses_nan_and_an_empty_stack():
     with pytest.raises(ValueError, match="head_matrices must be finite; it holds NaN or inf"):
         combine_heads(np.full((2, 3, 3), np.nan), "sum")            # once a NaN matrix

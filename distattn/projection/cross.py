@@ -62,6 +62,7 @@ def cross_vocabulary_evidence(target_ids, source_ids, cooc, *, normalization: st
     if normalization == "none":
         A[np.ix_(rows, cols)] = sub
     elif normalization == "row":
+        _checks.non_negative(sub)     # row_normalize's own hint, softmax_rows, is no option of this caller
         A[np.ix_(rows, cols)] = row_normalize(sub, zero_rows=zero_rows)
     else:
         tau = _checks.positive_float(attention_temperature, "attention_temperature")
