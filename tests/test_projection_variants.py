@@ -134,6 +134,13 @@ def test_position_matrix_shape_is_checked(with_the):
         positional_context_matrix([0, 1, 2], S, np.zeros((3, 7)))
 
 
+def test_a_basis_without_columns_is_named_as_the_basis():
+    """sinusoidal_position_matrix(length, basis) with a (vocab_size, 0) basis said 'dim must be an
+    integer >= 1; got 0': an argument the caller never passed."""
+    with pytest.raises(ValueError, match=r"basis must have at least one column \(its dim\); got shape \(5, 0\)"):
+        sinusoidal_position_matrix(3, np.zeros((5, 0)))
+
+
 def test_position_inputs_refuse_nan_and_a_1d_distribution(with_the):
     """A NaN in P, in the basis or in the distributions once gave NaN blocks without a word, and a
     1-D distributions array gave a (1,)-shaped 'position matrix'."""

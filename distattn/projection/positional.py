@@ -142,6 +142,8 @@ def sinusoidal_position_matrix(length: int, basis, *, scale: float = 1.0, base: 
     U = _checks.float_array(basis, "basis")
     if U.ndim != 2:
         raise ValueError(f"basis must be 2-D (vocab_size, dim); got shape {U.shape}")
+    if U.shape[1] == 0:     # else sinusoidal_encoding's "dim must be an integer >= 1", an argument not passed here
+        raise ValueError(f"basis must have at least one column (its dim); got shape {U.shape}")
     _checks.finite(U, "basis")
     length = _checks.positive_int(length, "length")
     scale = _checks.positive_float(scale, "scale")
