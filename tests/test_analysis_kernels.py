@@ -90,6 +90,20 @@ def test_cka_invariances_and_linear_cka_equivalence():
     assert np.isnan(cka(np.ones((4, 4)), K[:4, :4]))
 
 
+def test_cka_of_constant_kernels_is_nan_not_their_centring_noise():
+    # a constant kernel that is not exactly representable (uniform attention 1/R, 0.1) centres to
+    # rounding noise, not zeros: the CKA of that noise was any number, 1 for two constant kernels
+    K = linear_kernel(rng.standard_normal((6, 3)))
+    for c in (0.1, 0.3, 1 / 7):
+        C = np.full((6, 6), c)
+        assert np.isnan(cka(C, K)) and np.isnan(cka(C, C)) and np.isnan(cka(C, np.full((6, 6), 0.7)))
+        names, M = cka_matrix({"const": C, "linear": K, "other": np.full((6, 6), 0.7)})
+        assert np.isnan(M[0]).all() and np.isnan(M[2]).all() and M[1, 1] == pytest.approx(1.0)
+        X = np.full((6, 3), c)
+        assert np.isnan(linear_cka(X, rng.standard_normal((6, 2)))) and np.isnan(linear_cka(X, X))
+    assert cka(K, 3.0 * K + 0.1) == pytest.approx(1.0)                        # variation is kept
+
+
 def test_symmetrize_choices_and_cka_of_attention():
     A = rng.random((5, 5))
     A /= A.sum(1, keepdims=True)

@@ -176,6 +176,13 @@ def hsic(K, L) -> float:
     return float(np.sum(center_gram(K) * L.T) / (n - 1) ** 2)
 
 
+def _no_variation(centred: np.ndarray, raw: np.ndarray) -> bool:
+    """Is a centred kernel (or feature matrix) zero up to the rounding of its centring? A constant
+    kernel such as ``np.full((R, R), 0.1)`` centres to noise of about ``R·eps·‖K‖``, not to exact
+    zeros, and CKA of that noise came out as any number (1 for two constant kernels), not NaN."""
+    return bool(np.linalg.norm(centred) <= 4 * raw.shape[0] * np.finfo(np.float64).eps * np.linalg.norm(raw))
+
+
 def cka(K, L, symmetrize_how: str = "mean") -> float:
     """``HSIC(K, L) / sqrt(HSIC(K, K) HSIC(L, L))`` after symmetrising both (``symmetrize_how``,
     see :func:`symmetrize`). NaN if either centred kernel is zero (e.g. a constant kernel)."""
@@ -188,20 +195,21 @@ def cka(K, L, symmetrize_how: str = "mean") -> float:
     kl = float(np.sum(Kc * Lc))
     kk = float(np.sum(Kc * Kc))
     ll = float(np.sum(Lc * Lc))
-    if kk <= 0 or ll <= 0:
+    if kk <= 0 or ll <= 0 or _no_variation(Kc, K) or _no_variation(Lc, L):
         return float("nan")
     return kl / np.sqrt(kk * ll)
 
 
 def linear_cka(X, Y) -> float:
-    """Linear CKA of feature matrices X (R, p) and Y (R, q) (rows = the same R tokens)."""
+    """Linear CKA of feature matrices X (R, p) and Y (R, q) (rows = the same R tokens); NaN if
+    either is the same in every row (its Gram matrix centres to zero)."""
     X, Y = _vectors(X, "X"), _vectors(Y, "Y")
     if X.shape[0] != Y.shape[0]:
         raise ValueError(f"X and Y must have the same number of rows; got {X.shape} and {Y.shape}")
     Xc, Yc = X - X.mean(0), Y - Y.mean(0)
     num = np.linalg.norm(Yc.T @ Xc) ** 2
     den = np.linalg.norm(Xc.T @ Xc) * np.linalg.norm(Yc.T @ Yc)
-    return float("nan") if den == 0 else float(num / den)
+    return float("nan") if den == 0 or _no_variation(Xc, X) or _no_variation(Yc, Y) else float(num / den)
 
 
 def rbf_cka(X, Y, gamma="median") -> float:
@@ -218,7 +226,8 @@ def cka_matrix(kernels: dict, symmetrize_how: str = "mean") -> tuple[list[str], 
     names = list(kernels)
     if len(names) < 1:
         raise ValueError("kernels is empty")
-    sym = [center_gram(_symmetrize(kernels[n], symmetrize_how, f"kernels[{n!r}]")) for n in names]
+    raw = [_symmetrize(kernels[n], symmetrize_how, f"kernels[{n!r}]") for n in names]
+    sym = [center_gram(k) for k in raw]
     shapes = {k.shape for k in sym}
     if len(shapes) != 1:
         raise ValueError(f"all kernels must have the same shape; got {sorted(shapes)}")
@@ -227,7 +236,8 @@ def cka_matrix(kernels: dict, symmetrize_how: str = "mean") -> tuple[list[str], 
     norms = np.sqrt(np.diag(gram))
     with np.errstate(invalid="ignore", divide="ignore"):
         C = gram / np.outer(norms, norms)
-    C[(norms == 0)[:, None] | (norms == 0)[None, :]] = np.nan
+    constant = np.array([n == 0 or _no_variation(c, k) for n, c, k in zip(norms, sym, raw)])
+    C[constant[:, None] | constant[None, :]] = np.nan
     return names, C
 
 
