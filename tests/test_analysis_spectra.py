@@ -53,6 +53,20 @@ def test_factored_entries_rows_submatrix_and_composition():
     np.testing.assert_allclose(F.T.to_dense(), dense.T)
 
 
+def test_rows_of_a_stack_of_heads_keep_each_head_with_its_own_right_factor():
+    # rows(5) of (H, n, m) heads was head h's row times every head's right factor: (H, H, m)
+    F = FactoredMatrix(rng.standard_normal((3, 6, 2)), rng.standard_normal((3, 2, 7)))
+    dense = F.to_dense()
+    assert F.rows(5).shape == (3, 7)
+    np.testing.assert_allclose(F.rows(5), dense[:, 5], atol=1e-12)
+    ids = np.array([[1, 2], [0, 5]])
+    np.testing.assert_allclose(F.rows(ids), dense[:, ids], atol=1e-12)
+    np.testing.assert_allclose(F.rows([4, 1]), dense[:, [4, 1]], atol=1e-12)
+    np.testing.assert_allclose(F.rows(slice(2, 5)), dense[:, 2:5], atol=1e-12)
+    np.testing.assert_allclose(F.rows(dense[0, :, 0] > 0), dense[:, dense[0, :, 0] > 0], atol=1e-12)
+    np.testing.assert_allclose(F[1].rows(ids), dense[1][ids], atol=1e-12)
+
+
 def test_a_stack_of_heads_composes_with_one_factored_matrix():
     # heads broadcast against a single matrix, as F @ X does for a dense X
     stack = FactoredMatrix(rng.standard_normal((3, 6, 2)), rng.standard_normal((3, 2, 5)))

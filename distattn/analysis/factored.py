@@ -166,7 +166,12 @@ class FactoredMatrix:
         count = idx.sum() if idx.dtype == bool else idx.size
         lead = int(np.prod(self.shape[:-2])) if self.ndim > 2 else 1
         check_memory(8 * lead * int(count) * self.shape[-1], f"{int(count)} dense rows of a {self.shape} matrix")
-        return self.left[..., index, :] @ self.right
+        picked = self.left[..., index, :]                  # (*heads, *index axes, r)
+        axes = picked.shape[self.ndim - 2:-1]
+        # the index axes flattened to one row axis, so that each head's rows meet that head's right (one
+        # row, an (H, r) matrix, was multiplied by every head's right: an (H, H, m) mixture of heads)
+        rows = picked.reshape(*self.shape[:-2], -1, self.inner_dim) @ self.right
+        return rows.reshape(*self.shape[:-2], *axes, self.shape[-1])
 
     def submatrix(self, rows, cols) -> np.ndarray:
         """Dense block ``(left @ right)[..., rows, :][..., :, cols]`` (e.g. the top-N words'
