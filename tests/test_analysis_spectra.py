@@ -67,6 +67,19 @@ def test_rows_of_a_stack_of_heads_keep_each_head_with_its_own_right_factor():
     np.testing.assert_allclose(F[1].rows(ids), dense[1][ids], atol=1e-12)
 
 
+def test_submatrix_of_a_stack_of_heads_keeps_each_head_with_its_own_factors():
+    # a scalar or 2-D row index multiplied every head's rows with every head's columns
+    F = FactoredMatrix(rng.standard_normal((3, 6, 2)), rng.standard_normal((3, 2, 7)))
+    dense = F.to_dense()
+    grid = np.array([[0, 1], [2, 3], [5, 0]])                 # 3 rows of ids, as many as heads
+    for rows, cols in ((4, [1, 3]), (grid, [1, 3]), ([0, 5], 2), (grid, grid), ([2, 2, 0], [6, 0])):
+        want = dense[..., rows, :][..., :, cols]
+        got = F.submatrix(rows, cols)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-12)
+    assert F[0].submatrix(4, 1) == pytest.approx(dense[0, 4, 1])
+
+
 def test_a_stack_of_heads_composes_with_one_factored_matrix():
     # heads broadcast against a single matrix, as F @ X does for a dense X
     stack = FactoredMatrix(rng.standard_normal((3, 6, 2)), rng.standard_normal((3, 2, 5)))

@@ -181,7 +181,14 @@ class FactoredMatrix:
         n_c = cols.sum() if cols.dtype == bool else cols.size
         lead = int(np.prod(self.shape[:-2])) if self.ndim > 2 else 1
         check_memory(8 * lead * int(n_r) * int(n_c), f"a dense {int(n_r)} x {int(n_c)} block of a {self.shape} matrix")
-        return self.left[..., rows, :] @ self.right[..., :, cols]
+        heads, r = self.shape[:-2], self.inner_dim
+        picked_l = self.left[..., rows, :]                 # (*heads, *row axes, r)
+        picked_r = self.right[..., :, cols]                # (*heads, r, *col axes)
+        row_axes, col_axes = picked_l.shape[len(heads):-1], picked_r.shape[len(heads) + 1:]
+        # one row axis and one column axis per head: a scalar or 2-D index left a stack of heads
+        # multiplying every head's rows with every head's columns (or raising a broadcast error)
+        block = picked_l.reshape(*heads, -1, r) @ picked_r.reshape(*heads, r, -1)
+        return block.reshape(tuple(heads) + row_axes + col_axes)[()]
 
     def to_dense(self) -> np.ndarray:
         """The full product (memory is checked first)."""
