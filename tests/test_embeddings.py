@@ -122,6 +122,22 @@ def test_transform_with_zero_singular_value_is_finite():
         model.transform(X[:, :5])
 
 
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("eig", [0.0, 0.5])
+def test_directions_past_the_rank_are_zero_in_fit_as_in_transform(algorithm, eig):
+    X = low_rank(rank=2)  # rank 2, dim 3: the third singular vectors are an arbitrary completion
+    raw = SVDEmbeddings(dim=3, eig=eig, normalize=False, algorithm=algorithm).fit(X)
+    assert_allclose(raw.word_vectors_[:, 2], 0, atol=0)
+    assert_allclose(raw.context_vectors_[:, 2], 0, atol=0)
+    assert_allclose(raw.transform(X), raw.word_vectors_, atol=1e-8)
+    normed = SVDEmbeddings(dim=3, eig=eig, algorithm=algorithm).fit(X)
+    assert_allclose(normed.vectors_, normed.transform(X), atol=1e-8)
+    # rows 0 and 1 of a rank-1 matrix are proportional: one direction, cosine 1
+    X1 = np.outer([1.0, 2, 3, 4, 5, 6], [1.0, 1, 2, 0, 1, 3, 1])
+    one = SVDEmbeddings(dim=3, eig=eig, algorithm=algorithm).fit(X1)
+    assert_allclose(one.vectors_ @ one.vectors_.T, np.ones((6, 6)), atol=1e-8)
+
+
 def test_keyed_vectors_round_trip():
     rng = np.random.default_rng(7)
     counts = rng.poisson(2.0, size=(12, 30)).astype(float)

@@ -167,7 +167,9 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
     dim : int, default 300
         Number of singular triplets kept; ``1 <= dim < min(X.shape)``.
     eig : float >= 0, default 0.5
-        Exponent of Σ in ``U Σ^eig`` and ``V Σ^eig`` (1 = classical, 0 = bare ``U``).
+        Exponent of Σ in ``U Σ^eig`` and ``V Σ^eig`` (1 = classical, 0 = bare ``U``). Directions
+        with a (numerically) zero singular value (``dim`` above the rank of ``X``) are 0 in
+        every vector, whatever ``eig``: their singular vectors are arbitrary.
     wc : bool, default False
         If True, ``vectors_ = word_vectors_ + context_vectors_`` ("w+c"); requires a square
         matrix whose rows and columns index the same vocabulary.
@@ -269,7 +271,11 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
             )
         u, s, vt = truncated_svd(X, dim, self.algorithm, self.random_state, self.dtype)
 
-        scale = np.power(s, eig)
+        # a direction with a (numerically) zero singular value is an arbitrary completion of the
+        # basis: s**0 = 1 made it a full unit column of U at eig=0; 0 here, as in transform
+        scale = np.zeros_like(s)
+        nonzero = _nonzero_directions(s, n_contexts)
+        scale[nonzero] = np.power(s[nonzero], eig)
         self.singular_values_ = s
         self.components_ = vt
         self.word_vectors_ = u * scale
@@ -304,9 +310,8 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
             )
         s = self.singular_values_
         check_memory(8 * X.shape[0] * len(s), f"SVDEmbeddings.transform of {X.shape[0]} rows")
-        tol = (s[0] if len(s) else 0.0) * max(X.shape[1], len(s)) * np.finfo(np.float64).eps
         scale = np.zeros_like(s)
-        nonzero = s > tol
+        nonzero = _nonzero_directions(s, X.shape[1])
         scale[nonzero] = np.power(s[nonzero], eig - 1.0)
         out = np.asarray(X @ self.components_.T) * scale
         return _row_normalize(out) if self.normalize else out
@@ -356,6 +361,12 @@ class SVDEmbeddings(TransformerMixin, BaseEstimator):
         kv = KeyedVectors(dim, count=0, dtype=dtype)
         kv.add_vectors(keys, self.vectors_[keep].astype(dtype, copy=False))
         return kv
+
+
+def _nonzero_directions(s: np.ndarray, n_contexts: int) -> np.ndarray:
+    """Mask of the singular values that are not numerically zero (rank tolerance)."""
+    tol = (s[0] if len(s) else 0.0) * max(n_contexts, len(s)) * np.finfo(np.float64).eps
+    return s > tol
 
 
 def _looks_like_words(y, n_rows: int) -> bool:
