@@ -122,6 +122,17 @@ def test_sparse_output_contract(fmt):
     assert_allclose(ppmi(fmt(C)).toarray(), ppmi(C))
 
 
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_sparse_output_has_int32_indices_where_they_fit(index_dtype):
+    rows, cols = np.array([0, 1, 2, 2], dtype=index_dtype), np.array([1, 0, 2, 0], dtype=index_dtype)
+    coo = sp.coo_array((np.array([1.0, 2.0, 3.0, 4.0]), (rows, cols)), shape=(3, 3))
+    csr = sp.csr_array((coo.data, cols, np.array([0, 1, 2, 4], dtype=index_dtype)), shape=(3, 3))
+    for C in (coo, csr):
+        for out in (pmi(C), ppmi(C), PPMITransformer().fit_transform(C)):
+            assert out.indices.dtype == np.int32 and out.indptr.dtype == np.int32
+        assert_allclose(ppmi(C).toarray(), ppmi(C.toarray()))
+
+
 def test_duplicates_and_explicit_zeros_in_input():
     rows, cols = np.array([0, 0, 1, 1, 2]), np.array([1, 1, 0, 2, 2])
     vals = np.array([1.0, 2.0, 4.0, 0.0, 0.0])

@@ -73,6 +73,9 @@ def _as_counts(counts, whom: str):
         C = sp.csr_array(counts, dtype=np.float64, copy=True)
         C.sum_duplicates()  # also sorts the indices
         C.eliminate_zeros()
+        if max(C.nnz, *C.shape) <= np.iinfo(np.int32).max:  # a coo_array's int64 coordinates kept int64
+            C.indices = C.indices.astype(np.int32, copy=False)
+            C.indptr = C.indptr.astype(np.int32, copy=False)
         values = C.data
     else:
         C = np.array(counts, dtype=np.float64)  # np.array, not asarray: drops np.matrix
