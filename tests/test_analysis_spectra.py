@@ -495,3 +495,17 @@ def test_power_law_fit_refuses_nan_settings(kwargs, message):
     sv = np.sqrt(rng.pareto(2.0, size=50) + 1.0)
     with pytest.raises(ValueError, match=message):
         power_law_fit(sv, **kwargs)
+
+
+def test_factored_matrix_times_a_vector_is_the_dense_vector_per_head():
+    """F @ v for a vector failed with "FactoredMatrix needs left (..., n, r) ..." (right @ v is no
+    matrix) although numpy and distattn.models' FactoredMatrix give the dense vector; v @ F too."""
+    rng = np.random.default_rng(0)
+    left, right = rng.normal(size=(3, 5, 2)), rng.normal(size=(3, 2, 7))
+    F, dense = FactoredMatrix(left, right), left @ right
+    v, w = rng.normal(size=7), rng.normal(size=5)
+    np.testing.assert_allclose(F @ v, dense @ v)                        # (3, 5): each head's own product
+    np.testing.assert_allclose(w @ F, w @ dense)                        # (3, 7)
+    np.testing.assert_allclose(FactoredMatrix(left[0], right[0]) @ v, dense[0] @ v)
+    with pytest.raises(ValueError, match="by a vector of length 5"):
+        F @ w

@@ -130,7 +130,8 @@ class FactoredMatrix:
     def __matmul__(self, other):
         """``F @ G`` stays factored, through the smaller of the two inner dimensions (leading
         axes broadcast: a stack of heads composes with one matrix);
-        ``F @ X`` for a dense X (m, p) gives ``FactoredMatrix(left, right @ X)``."""
+        ``F @ X`` for a dense X (m, p) gives ``FactoredMatrix(left, right @ X)``, and ``F @ v`` for a
+        vector v (m,) the dense vector (..., n) (per head for a stack)."""
         if isinstance(other, FactoredMatrix) or _looks_factored(other):
             other = as_factored(other)
             try:
@@ -149,11 +150,23 @@ class FactoredMatrix:
                            for x in (left, right))
             return FactoredMatrix(left, right)
         other = to_numpy(other)
+        if other.ndim == 1:
+            # F @ v for a vector v (m,) is the dense vector (..., n), as in numpy and distattn.models'
+            # FactoredMatrix; it failed with "FactoredMatrix needs left (..., n, r) ..." (right @ v is no matrix)
+            if other.shape[0] != self.shape[-1]:
+                raise ValueError(f"cannot multiply {self.shape} by a vector of length {other.shape[0]}")
+            return (self.left @ (self.right @ other)[..., None])[..., 0]
         return FactoredMatrix(self.left, self.right @ other)
 
     def __rmatmul__(self, other):
-        """``X @ F`` for a dense X (p, n): ``FactoredMatrix(X @ left, right)``."""
-        return FactoredMatrix(to_numpy(other) @ self.left, self.right)
+        """``X @ F`` for a dense X (p, n): ``FactoredMatrix(X @ left, right)``; ``v @ F`` for a vector
+        v (n,): the dense vector (..., m)."""
+        other = to_numpy(other)
+        if other.ndim == 1:
+            if other.shape[0] != self.shape[-2]:
+                raise ValueError(f"cannot multiply a vector of length {other.shape[0]} by {self.shape}")
+            return ((other @ self.left)[..., None, :] @ self.right)[..., 0, :]
+        return FactoredMatrix(other @ self.left, self.right)
 
     # ------------------------------------------------------------------ reading entries
     def entry(self, i: int, j: int):
