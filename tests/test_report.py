@@ -104,3 +104,28 @@ def test_a_non_finite_perplexity_is_a_dash_and_never_the_best_row(tmp_path):
     lines = terminal_table({"timings_s": {"total": 1.0}, "next_token": stored}).splitlines()
     assert lines[1].split()[-3:] == ["–", f"{nt[0]['top1']:.4f}", f"{nt[0]['top10']:.4f}"]
     assert lines[3].split()[-3] == "25.00"
+
+
+def test_headline_skips_non_finite_numbers_and_dashes_missing_ones(tmp_path):
+    """headline() took a family's first row as its best even when its perplexity was NaN (every
+    comparison with NaN is False), printing "PPMI + Norm nan"; an inf one printed "inf"; a model whose
+    heads all had an undefined Spearman ρ (null) printed "+nan"; and a null Jensen–Shannon mean
+    (metrics.json's NaN) raised TypeError in write_report, after every stage had run."""
+    from distattn.compare.report import headline, write_report
+    nt = [_row("PPMI + Norm", "projection", float("nan"), temperature=0.2),
+          _row("PPMI + softmax", "projection", float("inf"), temperature=0.2),
+          _row("asymmetric", "projection", 28.3, temperature=0.2), _row("KN-3", "ngram", 25.0)]
+    corr = [{"model": "lm", "head": h, "statistic": "PPMI", "rho_all": None, "rho_positive": None,
+             "n_pairs_all": 12} for h in range(2)]
+    summary = {"model": "lm", "mean_over_heads": {"Norm(QSQᵀ)": {"js_mean": None, "spearman_mean": None, "top1": None},
+                                                  "uniform": {"js_mean": 0.25, "spearman_mean": 0.1, "top1": 0.2}}}
+    metrics = {"timings_s": {"total": 1.0}, "next_token": nt,
+               "analysis": {"attention_pmi_correlation": corr, "agreement_summary": summary}}
+    rows = {q.split(":")[0].split(",")[0]: (a, b) for q, a, b, _ in headline(metrics)}
+    assert rows["Next-token perplexity"] == ("asymmetric 28.3", "KN-3 25.0")
+    assert rows["Spearman(QK scores"] == ("–", "12 word pairs")
+    assert rows["Jensen–Shannon divergence to lm's heads"] == ("–", "uniform 0.250, previous-token –")
+    html = write_report(tmp_path, _env("text"), metrics).read_text()
+    one_table = html[html.index("The question in one table"):html.index("<h2>Next-token")]
+    assert "asymmetric 28.3" in one_table and not re.search(r"\b(nan|inf)\b", one_table)
+

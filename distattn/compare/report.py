@@ -41,6 +41,13 @@ def _fmt(x, nd=4):
     return html.escape(str(x))
 
 
+def _fixed(x, spec: str) -> str:
+    """``x`` formatted with ``spec``; "–" for a missing (null in metrics.json) or non-finite number."""
+    if x is None or not math.isfinite(x):
+        return "–"
+    return format(x, spec)
+
+
 def _table(headers, rows, best=None, nd=4) -> str:
     out = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr>"]
     for i, r in enumerate(rows):
@@ -59,24 +66,26 @@ def headline(metrics: dict) -> list[tuple[str, str, str, str]]:
         import numpy as np
         for model in sorted({c["model"] for c in corr}):
             cs = [c for c in corr if c["model"] == model]
-            rho = np.nanmean([np.nan if c["rho_all"] is None else c["rho_all"] for c in cs])
+            rhos = [c["rho_all"] for c in cs if c["rho_all"] is not None and math.isfinite(c["rho_all"])]
+            rho = float(np.mean(rhos)) if rhos else None      # every head's ρ undefined: a dash, not "+nan"
             rows.append((f"Spearman(QK scores, PPMI), {model}, mean over heads",
-                         f"{rho:+.3f}", f"{cs[0]['n_pairs_all']:,} word pairs", "0 = unrelated, 1 = same ordering"))
+                         _fixed(rho, "+.3f"), f"{cs[0]['n_pairs_all']:,} word pairs", "0 = unrelated, 1 = same ordering"))
     summ = an.get("agreement_summary")
     if summ:
         sc = summ["mean_over_heads"]
         for p in [k for k in sc if k not in ("uniform", "previous_token")]:
             rows.append((f"Jensen–Shannon divergence to {summ['model']}'s heads: {p}",
-                         f"{sc[p]['js_mean']:.3f}",
-                         f"uniform {sc.get('uniform', {}).get('js_mean', float('nan')):.3f}, "
-                         f"previous-token {sc.get('previous_token', {}).get('js_mean', float('nan')):.3f}",
+                         _fixed(sc[p]["js_mean"], ".3f"),
+                         f"uniform {_fixed(sc.get('uniform', {}).get('js_mean'), '.3f')}, "
+                         f"previous-token {_fixed(sc.get('previous_token', {}).get('js_mean'), '.3f')}",
                          "lower = closer; must beat both baselines to mean anything"))
     nt = metrics.get("next_token", [])
     if nt:
         best = {}
-        for r in nt:
+        for r in nt:      # a NaN perplexity would stay best (every comparison with it is False), an inf one print "inf"
             fam = r.get("family")
-            if r.get("perplexity") is not None and (fam not in best or r["perplexity"] < best[fam]["perplexity"]):
+            if (r.get("perplexity") is not None and math.isfinite(r["perplexity"])
+                    and (fam not in best or r["perplexity"] < best[fam]["perplexity"])):
                 best[fam] = r
         if "projection" in best:
             other = [f"{best[f]['model']} {best[f]['perplexity']:.1f}" for f in ("ngram", "learned") if f in best]
