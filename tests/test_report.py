@@ -129,3 +129,19 @@ def test_headline_skips_non_finite_numbers_and_dashes_missing_ones(tmp_path):
     one_table = html[html.index("The question in one table"):html.index("<h2>Next-token")]
     assert "asymmetric 28.3" in one_table and not re.search(r"\b(nan|inf)\b", one_table)
 
+
+
+def test_missing_numbers_in_the_report_text_are_dashes(tmp_path):
+    """A null p(positive), sense modularity or spectral gap (metrics.json's NaN) raised TypeError
+    in write_report (f"{None:.2f}"), failing the whole run after every stage had run."""
+    from distattn.compare.report import write_report
+    analysis = {"heatmaps": [{"example": "held-out review 1", "expected": "positive", "figure": "heatmap_1.png",
+                              "tokens": 9, "p_positive": None}],
+                "bank_senses": {"word": "bank", "communities": [["river"], ["money"]], "share": [0.5, 0.5],
+                                "modularity": None},
+                "graph": {"model": "lm", "tokens": ["a"], "spectral_gap": None, "pagerank_top": ["a"],
+                          "rollout_last_row_top": ["a"], "flow_to_last_top": ["a"]}}
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "heatmap_1.png").write_bytes(b"\x89PNG")
+    html = write_report(tmp_path, _env("imdb"), {"timings_s": {"total": 1.0}, "analysis": analysis}).read_text()
+    assert "p(positive) = –" in html and "(modularity –)" in html and "Spectral gap –;" in html

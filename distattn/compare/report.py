@@ -99,7 +99,7 @@ def _senses(sc: dict) -> str:
     """The Louvain communities of a word's PPMI neighbourhood as a table, largest share first."""
     rows = sorted(zip(sc.get("communities", []), sc.get("share", [])), key=lambda r: -r[1])
     return (f"<h3>Senses of <b>{html.escape(str(sc.get('word')))}</b>: Louvain communities of its PPMI "
-            f"neighbourhood (modularity {sc.get('modularity', float('nan')):.3f})</h3>"
+            f"neighbourhood (modularity {_fixed(sc.get('modularity'), '.3f')})</h3>"
             + _table(["community", "share of the word's PPMI mass", "words"],
                      [[i + 1, share, ", ".join(words)] for i, (words, share) in enumerate(rows)]))
 
@@ -148,7 +148,7 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
                      f"<p class='muted'>{which} Rows attend to columns.</p>")
         for h in an["heatmaps"]:
             cap = h["example"] + (f" (seed paper: {h['expected']}" + (f"; our classifier p(positive) = "
-                                                                       f"{h['p_positive']:.2f}" if 'p_positive' in h else "")
+                                                                       f"{_fixed(h['p_positive'], '.2f')}" if 'p_positive' in h else "")
                                   + ")" if h.get("expected") else "")
             parts.append(_img(fig / h["figure"], cap))
     if an.get("agreement_summary"):
@@ -173,7 +173,7 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
                      + _img(fig / "cka.png", "CKA matrix") + "</div>")
         g = an.get("graph")
         if g:
-            parts.append(f"<p>Spectral gap {g['spectral_gap']:.3f}; PageRank top: {html.escape(', '.join(g['pagerank_top']))}; "
+            parts.append(f"<p>Spectral gap {_fixed(g['spectral_gap'], '.3f')}; PageRank top: {html.escape(', '.join(g['pagerank_top']))}; "
                          f"rollout into the last token: {html.escape(', '.join(g['rollout_last_row_top']))}; "
                          f"flow into the last token: {html.escape(', '.join(g['flow_to_last_top']))}. GraphML in "
                          "<code>graphs/</code>.</p>")
