@@ -145,3 +145,16 @@ def test_missing_numbers_in_the_report_text_are_dashes(tmp_path):
     (tmp_path / "figures" / "heatmap_1.png").write_bytes(b"\x89PNG")
     html = write_report(tmp_path, _env("imdb"), {"timings_s": {"total": 1.0}, "analysis": analysis}).read_text()
     assert "p(positive) = –" in html and "(modularity –)" in html and "Spectral gap –;" in html
+
+
+def test_an_infinite_number_in_a_table_is_a_dash(tmp_path):
+    """_fmt dashed NaN but wrote inf as "inf" (and -inf as "-inf"): a next-token row whose model gave a
+    test target probability 0 showed perplexity "inf", where the terminal table and metrics.json
+    (null) show a missing value."""
+    from distattn.compare.report import write_report
+    nt = [_row("raw counts, A = M (paper)", "projection", float("inf"), temperature=0.5),
+          _row("KN-3", "ngram", 25.0, top1=float("-inf"))]
+    html = write_report(tmp_path, _env("text"), {"timings_s": {"total": 1.0}, "next_token": nt}).read_text()
+    assert _rows(html, "model") == [["raw counts, A = M (paper)", "projection", "0.5000", "–", "0.1000", "0.5000",
+                                     "390", "1.0000"],
+                                    ["KN-3", "ngram", "–", "25.0000", "–", "0.5000", "390", "1.0000"]]

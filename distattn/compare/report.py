@@ -35,7 +35,7 @@ def _fmt(x, nd=4):
     if x is None:
         return "–"
     if isinstance(x, float):
-        if x != x:
+        if not math.isfinite(x):         # NaN, inf: null in metrics.json and a dash in the terminal too
             return "–"
         return f"{x:,.{nd}f}" if abs(x) < 1e5 else f"{x:.3g}"
     return html.escape(str(x))
