@@ -158,3 +158,13 @@ def test_an_infinite_number_in_a_table_is_a_dash(tmp_path):
     assert _rows(html, "model") == [["raw counts, A = M (paper)", "projection", "0.5000", "–", "0.1000", "0.5000",
                                      "390", "1.0000"],
                                     ["KN-3", "ngram", "–", "25.0000", "–", "0.5000", "390", "1.0000"]]
+
+
+def test_terminal_table_with_a_missing_classifier_accuracy():
+    """stage_models stores the seed classifier's test accuracy as None when its history is empty
+    (metrics.json: null, and a NaN accuracy becomes null too); the terminal table formatted it
+    with :.4f, a TypeError after report.html was written (the best classifier's line had the check)."""
+    from distattn.compare.report import terminal_table
+    lines = terminal_table({"timings_s": {"total": 1.0},
+                            "classifier": {"test_accuracy": None, "config": "seed architecture"}}).splitlines()
+    assert lines[0] == "classifier test accuracy: – (seed paper: 0.8618)"

@@ -220,7 +220,8 @@ def terminal_table(metrics: dict) -> str:
             lines.append(f"{r['model'][:52]:52s} {_num(r['perplexity'], 11, 2)} {_num(r['top1'], 7, 4)} "
                          f"{_num(r['top10'], 7, 4)}")
     if metrics.get("classifier"):
-        lines.append(f"classifier test accuracy: {metrics['classifier']['test_accuracy']:.4f} (seed paper: 0.8618)")
+        lines.append(f"classifier test accuracy: {_fixed(metrics['classifier']['test_accuracy'], '.4f')} "
+                     "(seed paper: 0.8618)")
     if metrics.get("classifier_best") and metrics["classifier_best"].get("test_accuracy") is not None:
         lines.append(f"best classifier (PPMI-SVD init) test accuracy: {metrics['classifier_best']['test_accuracy']:.4f}")
     for q, a, b, _ in headline(metrics):
