@@ -168,3 +168,15 @@ def test_terminal_table_with_a_missing_classifier_accuracy():
     lines = terminal_table({"timings_s": {"total": 1.0},
                             "classifier": {"test_accuracy": None, "config": "seed architecture"}}).splitlines()
     assert lines[0] == "classifier test accuracy: – (seed paper: 0.8618)"
+
+
+def test_a_skipped_classifier_is_named_with_its_reason(tmp_path):
+    """load_data keeps why a text corpus trains no classifier in data.classifier_skipped "for the
+    report", but the report wrote only the integer entries of data: the classifier section was
+    simply missing, with no word of why."""
+    from distattn.compare.report import write_report
+    data = {"corpus": "text", "documents": 90, "classifier_skipped": "the 80 labelled training documents all have "
+                                                                     "label 1 <&>"}
+    html = write_report(tmp_path, _env("text"), {"timings_s": {"total": 1.0}, "data": data}).read_text()
+    assert ("<h2>Sentiment classifier</h2><p class='muted'>Not trained: the 80 labelled training documents all "
+            "have label 1 &lt;&amp;&gt;.</p>") in html

@@ -138,6 +138,9 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
             rows.append(["best: " + best["config"], best["test_accuracy"], best.get("train_seconds")])
         rows.append(["seed paper (000_48942d33924f2728.txt), as reported", 0.8618, None])
         parts.append("<h2>Sentiment classifier</h2>" + _table(["model", "test accuracy", "train seconds"], rows))
+    elif data and data.get("classifier_skipped"):          # a text corpus without both labels: say why
+        parts.append(f"<h2>Sentiment classifier</h2><p class='muted'>Not trained: "
+                     f"{html.escape(str(data['classifier_skipped']))}.</p>")
     an = metrics.get("analysis", {})
     if an.get("heatmaps"):
         seed_examples = sum(1 for h in an["heatmaps"] if h.get("expected"))
