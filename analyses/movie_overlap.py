@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from distattn.cli import non_negative_int, output_file, positive_int, run_script
+from distattn.cli import check_data_dir, non_negative_int, output_file, positive_int, run_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ngram_baseline import build_parser as baseline_parser  # noqa: E402  (the baseline's grid and vocabulary)
@@ -132,6 +132,10 @@ def main(argv=None):
         ap.error(f"argument --limit-docs: got {args.limit_docs}; allowed: at least 2 × --n-val = {2 * args.n_val}")
     if args.n_val >= 25_000:
         ap.error(f"argument --n-val: got {args.n_val}; allowed: fewer than the 25,000 train reviews")
+    try:
+        check_data_dir(args.data_dir)
+    except ValueError as exc:
+        ap.error(str(exc))
 
     from distattn.corpus import ImdbCorpus
     from distattn.corpus.imdb import EXPECTED_COUNTS, SPLITS

@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from distattn.cli import non_negative_int, output_file, positive_int, run_script
+from distattn.cli import check_data_dir, non_negative_int, output_file, positive_int, run_script
 
 
 def _number_list(text: str) -> list[float]:
@@ -83,6 +83,10 @@ def main(argv=None):
         ap.error(f"argument --n-val: got {args.n_val}; allowed: fewer than the 25,000 train reviews")
     if args.limit_docs is not None and args.limit_docs < 2 * args.n_val:
         ap.error(f"argument --limit-docs: got {args.limit_docs}; allowed: at least 2 × --n-val = {2 * args.n_val}")
+    try:
+        check_data_dir(args.data_dir)
+    except ValueError as exc:
+        ap.error(str(exc))
 
     from distattn.corpus import get_corpus, tokenize_corpus
     from distattn.models import NBSVMClassifier

@@ -108,7 +108,7 @@ def load_data(args, log):
 
 
 from distattn.atomic import atomic_path  # noqa: E402
-from distattn.cli import non_negative_int, output_file, positive_int, run_script  # noqa: E402
+from distattn.cli import check_data_dir, non_negative_int, output_file, positive_int, run_script  # noqa: E402
 from distattn.projection.device_scorers import Asymmetric, DeviceNgram, MultiHead, Positional, Symmetric  # noqa: E402
 
 
@@ -208,6 +208,10 @@ def main(argv=None) -> int:
          "a finite real number > 0")) if not ok]
     if bad:                          # refused before the data is read and before --json is written
         build_parser().error(f"argument {bad[0][0]}: got {bad[0][1]}; allowed: {bad[0][2]}")
+    try:
+        check_data_dir(args.data_dir)
+    except ValueError as exc:
+        build_parser().error(str(exc))
     if args.list_rows:
         for key, name in ROWS:
             print(f"{key:14s} {name}")

@@ -21,7 +21,7 @@ from pathlib import Path
 from distattn.analysis import circuit_spectra, spectrum, spectrum_summary, subspace_alignment
 from distattn.analysis.sources import build_model, corpus_statistics
 from distattn.atomic import write_json
-from distattn.cli import non_negative_int, output_dir, positive_int, run_script
+from distattn.cli import check_data_dir, non_negative_int, output_dir, positive_int, run_script
 from distattn.corpus.registry import check_corpus_options
 from distattn.stats import SVDEmbeddings
 
@@ -51,6 +51,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:                                                    # once ignored: --path x.txt ran on the paper's toy S
         check_corpus_options(args.corpus, args.path, args.data_dir)
+        check_data_dir(args.data_dir)
     except ValueError as exc:
         parser().error(str(exc))
     if args.model != "none" and args.d_model % args.heads:     # once the model's error, after the statistics

@@ -22,7 +22,7 @@ import numpy as np
 from scipy import sparse
 from sklearn.linear_model import LogisticRegression
 
-from distattn.cli import non_negative_int, output_file, run_script
+from distattn.cli import check_data_dir, non_negative_int, output_file, run_script
 from distattn.corpus import RegexTokenizer, SeedLiteralTokenizer, get_corpus, tokenize_corpus
 
 TOKENIZERS = {"toolkit": RegexTokenizer, "seed-literal": SeedLiteralTokenizer}
@@ -77,6 +77,10 @@ def main(argv=None):
     if args.limit_docs is not None and args.limit_docs < 20:   # 0 once meant all 50k reviews; 3 a scikit-learn error
         ap.error(f"argument --limit-docs: got {args.limit_docs}; allowed: an integer >= 20 (each split needs "
                  "reviews on both sides)")
+    try:
+        check_data_dir(args.data_dir)
+    except ValueError as exc:
+        ap.error(str(exc))
 
     rows = []
     for name, make in TOKENIZERS.items():

@@ -14,7 +14,8 @@ import os
 import sys
 from typing import Callable
 
-__all__ = ["USER_ERRORS", "run_script", "positive_int", "non_negative_int", "output_dir", "output_file"]
+__all__ = ["USER_ERRORS", "run_script", "positive_int", "non_negative_int", "output_dir", "output_file",
+           "check_data_dir"]
 
 # What a wrong argument or a missing file raises in distattn (sklearn's InvalidParameterError is a ValueError).
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, MemoryError)
@@ -84,3 +85,17 @@ def output_file(text: str) -> str:
         raise argparse.ArgumentTypeError(f"got {text!r}, which is a directory; allowed: a file name")
     _writable_parent(text, path)
     return text
+
+
+def check_data_dir(data_dir) -> None:
+    """``--data-dir`` must name a directory: the archive search goes on to ``$DISTATTN_DATA_DIR``, the
+    cache and a download, so a typo ran on another copy of IMDB (or downloaded one) without a word.
+    Raises ValueError (for ``parser.error``); called after the other argument checks."""
+    if data_dir is None:
+        return
+    from pathlib import Path
+    where = Path(data_dir).expanduser()
+    if not where.is_dir():
+        raise ValueError(f"argument --data-dir: got {str(data_dir)!r}, which "
+                         + ("is a file" if where.exists() else "does not exist")
+                         + "; allowed: the directory that holds aclImdb_v1.tar.gz")
