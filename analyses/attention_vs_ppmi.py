@@ -30,7 +30,7 @@ from distattn.analysis import (attention_agreement, attention_flow, attention_gr
                                graph_metrics, head_agreement, linear_kernel, psd_check, qk_pmi_correlation,
                                rbf_kernel, sense_communities, top_frequent_ids, write_graphml)
 from distattn.analysis.sources import build_model, corpus_statistics
-from distattn.atomic import write_json
+from distattn.atomic import jsonable, write_json
 from distattn.cli import check_data_dir, non_negative_int, output_dir, positive_int, run_script
 from distattn.corpus.registry import check_corpus_options
 from distattn.projection import context_matrix, row_normalize
@@ -202,7 +202,7 @@ def main(argv=None) -> int:
                                  title="Projection attention Norm(QSQᵀ)")
     figures.plot_cka_matrix(names, C, out / "cka.png", title="CKA between kernels (first sequence)")
     figures.plot_agreement(pooled, out / "agreement.png", title="Agreement with all heads (pooled)")
-    write_json(out / "report.json", report)
+    write_json(out / "report.json", jsonable(report))    # NaN (e.g. the uniform baseline's Spearman): null
     print(f"\nwrote {out}/report.json, heatmaps.png, graph.png, cka.png, agreement.png, attention.graphml")
     return 0
 

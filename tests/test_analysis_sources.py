@@ -155,3 +155,17 @@ def test_scripts_refuse_heads_that_do_not_divide_d_model_before_any_work(name, t
     assert exc.value.code == 2
     assert "argument --heads: got 4; allowed: a divisor of --d-model 30" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_attention_vs_ppmi_writes_strict_json(tmp_path, capsys):
+    """report.json was written with json.dumps' default allow_nan: the uniform baseline's Spearman
+    (undefined, NaN) came out as a bare NaN in every default run, which is not JSON (JSON.parse and
+    other strict readers refuse the file); compare's metrics.json writes such numbers as null."""
+    assert _script("attention_vs_ppmi").main(["--out", str(tmp_path), "--d-model", "8", "--heads", "2"]) == 0
+    capsys.readouterr()
+
+    def refuse(constant):
+        raise ValueError(f"{constant} in report.json")
+    report = json.loads((tmp_path / "report.json").read_text(), parse_constant=refuse)
+    uniform = [r for r in report["agreement"] if r["predictor"] == "uniform"]
+    assert uniform and all(r["spearman_mean"] is None for r in uniform)
