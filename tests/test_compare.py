@@ -62,6 +62,10 @@ def test_text_corpus_run_then_warm_rerun(tmp_path, capsys, monkeypatch):
             "--device", "cpu"]
     titles, plot_cka = [], figures.plot_cka_matrix
     monkeypatch.setattr(figures, "plot_cka_matrix", lambda *a, **k: (titles.append(k.get("title")), plot_cka(*a, **k))[1])
+    # the session's cache may already hold other tests' models (another corpus): only this run's count below
+    cache = Path(os.environ["DISTATTN_CACHE_DIR"])
+    snapshot = lambda: {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
+    earlier = set(snapshot())
     code, out, err = run_cli(args, capsys)
     assert code == 0, err
     assert titles == ["CKA between attention kernels (one held-out document)"]      # it said "test review"
@@ -88,8 +92,6 @@ def test_text_corpus_run_then_warm_rerun(tmp_path, capsys, monkeypatch):
     config = json.loads((first / "config.json").read_text())
     assert config["seed"] == 0 and config["profile"] == "quick" and "torch" in config["versions"]
     # second run: every stage from the cache, so the cache directory is left exactly as it was
-    cache = Path(os.environ["DISTATTN_CACHE_DIR"])
-    snapshot = lambda: {p: p.stat().st_mtime_ns for p in cache.rglob("*") if p.is_file()}
     before = snapshot()
     assert any(p.name == "model.pt" for p in before) and any("train-classifier_best" in str(p) for p in before)
     code, out, err = run_cli(args, capsys)
@@ -104,7 +106,8 @@ def test_text_corpus_run_then_warm_rerun(tmp_path, capsys, monkeypatch):
         done = next(cache.rglob(f"train-{lm}-*/done.json"))
         assert json.loads(done.read_text())["summary"]["steps"] == config["sizes"]["lm_steps"] == 120
     # --no-cache recomputes: every model is trained again, not resumed from its finished checkpoint
-    models = {p: t for p, t in before.items() if p.name == "model.pt"}
+    models = {p: t for p, t in before.items() if p.name == "model.pt" and p not in earlier}
+    assert len(models) == 4                          # the run's four models: two classifiers, two LMs
     code, out, err = run_cli(args + ["--no-cache"], capsys)
     assert code == 0, err
     after = snapshot()
