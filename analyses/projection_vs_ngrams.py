@@ -107,7 +107,7 @@ def load_data(args, log):
     return data
 
 
-from distattn.atomic import atomic_path  # noqa: E402
+from distattn.atomic import atomic_path, jsonable  # noqa: E402
 from distattn.cli import check_data_dir, non_negative_int, output_file, positive_int, run_script  # noqa: E402
 from distattn.projection.device_scorers import Asymmetric, DeviceNgram, MultiHead, Positional, Symmetric  # noqa: E402
 
@@ -194,8 +194,8 @@ ROWS = [
 def save_json(path, out: dict) -> None:
     """Write ``out`` to ``path`` atomically: a failed write (e.g. a value JSON cannot hold) leaves the
     previous file, and no ``.tmp`` file beside it."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(out, indent=1, default=float))
+    with atomic_path(path) as tmp:     # jsonable: NaN/inf as null (a bare NaN is not JSON), numpy values as numbers
+        tmp.write_text(json.dumps(jsonable(out), indent=1, default=float))
 
 
 def main(argv=None) -> int:
@@ -449,7 +449,8 @@ def main(argv=None) -> int:
     for r in out["rows"]:
         if r["note"]:
             log(f"note   {r['model']}: {r['note']}")
-    best = min(out["rows"], key=lambda r: r["perplexity"]) if out["rows"] else None
+    finite = [r for r in out["rows"] if r["perplexity"] is not None and np.isfinite(r["perplexity"])]
+    best = min(finite, key=lambda r: r["perplexity"]) if finite else None      # a NaN first row once "won"
     if best:
         log(f"lowest perplexity: {best['model']} ({best['perplexity']:.2f}); total {out['timings_s']['total']:.1f}s")
     return 0

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from distattn.analysis import circuit_spectra, spectrum, spectrum_summary, subspace_alignment
 from distattn.analysis.sources import build_model, corpus_statistics
-from distattn.atomic import write_json
+from distattn.atomic import jsonable, write_json
 from distattn.cli import check_data_dir, non_negative_int, output_dir, positive_int, run_script
 from distattn.corpus.registry import check_corpus_options
 from distattn.stats import SVDEmbeddings
@@ -100,8 +100,8 @@ def main(argv=None) -> int:
                   f"smallest angle {a['angles_deg'][0]:.1f}°")
 
     out = Path(args.out)
-    write_json(out / "spectra.json", {"corpus": stats.name, "vocab_size": n, "spectra": summaries,
-                                      "alignment": alignments})
+    write_json(out / "spectra.json", jsonable({"corpus": stats.name, "vocab_size": n, "spectra": summaries,
+                                               "alignment": alignments}))     # NaN/inf as null: strict JSON
     from distattn.analysis import figures
     figures.plot_spectra(specs, out / "spectra.png", title=f"Singular values — corpus {stats.name}, model {args.model}",
                          normalize=True)

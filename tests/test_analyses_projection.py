@@ -165,3 +165,8 @@ def test_projection_vs_ngrams_json_is_written_atomically(tmp_path):
         module.save_json(path, {"rows": [object()]})
     assert [p.name for p in tmp_path.iterdir()] == ["rows.json"]
     assert json.loads(path.read_text()) == {"rows": [1.5, 2.0]}
+    # a non-finite value (a check that came out inf, a NaN perplexity) is null: a bare NaN or Infinity
+    # was written, which strict JSON readers refuse
+    module.save_json(path, {"rows": [float("nan"), np.float64(np.inf)], "gap": np.array([1.0, np.nan])})
+    strict = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"bare {c} in the JSON"))
+    assert strict == {"rows": [None, None], "gap": [1.0, None]}
