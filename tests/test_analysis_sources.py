@@ -169,3 +169,22 @@ def test_attention_vs_ppmi_writes_strict_json(tmp_path, capsys):
     report = json.loads((tmp_path / "report.json").read_text(), parse_constant=refuse)
     uniform = [r for r in report["agreement"] if r["predictor"] == "uniform"]
     assert uniform and all(r["spearman_mean"] is None for r in uniform)
+
+
+def test_torch_adapter_patterns_restore_the_models_training_mode():
+    """patterns() switched the model to eval mode for good: a model being trained (dropout on) that was
+    looked at mid-run trained on without dropout. The patterns are still the eval-mode ones."""
+    import torch
+
+    from distattn.analysis.sources import TorchModelAdapter
+    from distattn.models import LMConfig, TransformerLM
+    torch.manual_seed(0)
+    model = TransformerLM(LMConfig(vocab_size=50, d_model=16, n_heads=4, n_layers=1, max_len=8, dropout=0.5))
+    ids = np.array([3, 7, 12, 3])
+    adapter = TorchModelAdapter(model)
+    model.train()
+    got = adapter.patterns(ids)
+    assert model.training and all(m.training for m in model.modules())
+    model.eval()
+    np.testing.assert_array_equal(got, adapter.patterns(ids))
+    assert not model.training

@@ -153,7 +153,8 @@ class TorchModelAdapter:
     initialised): ``patterns(ids)`` from its ``hook_pattern`` hook points (layers, heads, R, R),
     ``qk_circuit(layer)`` and ``ov_circuit(layer)`` from ``distattn.models.qk_circuit`` /
     ``ov_circuit`` (factored, read through their ``A``/``B`` factors). Negative (OOV) ids are
-    replaced by ``oov_id``."""
+    replaced by ``oov_id``. Patterns are read in evaluation mode (no dropout); the model's mode is
+    restored after."""
 
     def __init__(self, model, oov_id: int = 0):
         self.model = model
@@ -172,13 +173,18 @@ class TorchModelAdapter:
         param = next(self.model.parameters(), None)         # the ids go where the model is (a GPU model too)
         ids = torch.as_tensor(np.where(ids < 0, self.oov_id, ids))[None].to(param.device if param is not None
                                                                           else "cpu")
-        self.model.eval()
         # the library's LM and classifier run every attention layer inside ``trunk``: stopping
         # there skips the unembedding (vocab x d per token), most of an LM's forward cost
         trunk = getattr(self.model, "trunk", None)
         body = trunk if isinstance(trunk, torch.nn.Module) else self.model
-        with torch.no_grad(), capture_hooks(self.model, filter=lambda name: name.endswith("hook_pattern")) as cache:
-            body(ids)
+        modes = [(m, m.training) for m in self.model.modules()]    # restored after: a model in training stays so
+        self.model.eval()
+        try:
+            with torch.no_grad(), capture_hooks(self.model, filter=lambda name: name.endswith("hook_pattern")) as cache:
+                body(ids)
+        finally:
+            for m, training in modes:
+                m.train(training)
         names = sorted(cache, key=lambda n: [int(p) if p.isdigit() else p for p in n.split(".")])
         # .double(): exact from float32/bf16 captures, and a float64 model's are not rounded to float32
         return np.stack([cache[n][0].double().cpu().numpy() for n in names])
