@@ -188,3 +188,20 @@ def test_torch_adapter_patterns_restore_the_models_training_mode():
     model.eval()
     np.testing.assert_array_equal(got, adapter.patterns(ids))
     assert not model.training
+
+
+def test_torch_adapter_names_a_batch_of_sequences_as_such():
+    """patterns() takes one sequence; a (B, T) batch was wrapped to (1, B, T) and refused with "token ids must
+    have shape (batch, seq_len); got shape (1, 2, 3)", a shape the caller never passed, and one that suggests
+    a batch is what it wants."""
+    import torch
+
+    from distattn.analysis.sources import TorchModelAdapter
+    from distattn.models import LMConfig, TransformerLM
+    torch.manual_seed(0)
+    adapter = TorchModelAdapter(TransformerLM(LMConfig(vocab_size=50, d_model=16, n_heads=4, n_layers=1, max_len=8)))
+    with pytest.raises(ValueError, match=r"one sequence: a 1-D array of token ids; got shape \(2, 3\)"):
+        adapter.patterns(np.array([[3, 7, 12], [4, 5, 6]]))
+    with pytest.raises(ValueError, match=r"got shape \(1, 3\)"):
+        adapter.patterns(np.array([[3, 7, 12]]))
+    assert adapter.patterns([3, 7, 12]).shape == (1, 4, 3, 3)

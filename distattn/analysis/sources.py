@@ -170,6 +170,8 @@ class TorchModelAdapter:
 
         from distattn.models.hooks import capture_hooks
         ids = np.asarray(token_ids, dtype=np.int64)
+        if ids.ndim != 1:            # wrapped to (1, B, T), it was refused under a shape the caller never passed
+            raise ValueError(f"patterns takes one sequence: a 1-D array of token ids; got shape {ids.shape}")
         param = next(self.model.parameters(), None)         # the ids go where the model is (a GPU model too)
         ids = torch.as_tensor(np.where(ids < 0, self.oov_id, ids))[None].to(param.device if param is not None
                                                                           else "cpu")
