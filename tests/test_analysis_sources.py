@@ -205,3 +205,17 @@ def test_torch_adapter_names_a_batch_of_sequences_as_such():
     with pytest.raises(ValueError, match=r"got shape \(1, 3\)"):
         adapter.patterns(np.array([[3, 7, 12]]))
     assert adapter.patterns([3, 7, 12]).shape == (1, 4, 3, 3)
+
+
+def test_torch_adapter_refuses_fractional_token_ids():
+    """np.asarray(token_ids, dtype=np.int64) truncated 3.7 to 3: the patterns of another sequence, silently.
+    Whole numbers in a float array are still taken."""
+    import torch
+
+    from distattn.analysis.sources import TorchModelAdapter
+    from distattn.models import LMConfig, TransformerLM
+    torch.manual_seed(0)
+    adapter = TorchModelAdapter(TransformerLM(LMConfig(vocab_size=50, d_model=16, n_heads=4, n_layers=1, max_len=8)))
+    with pytest.raises(ValueError, match=r"token ids must be whole numbers; got 3\.7"):
+        adapter.patterns([3.7, 7.0, 12.0])
+    np.testing.assert_array_equal(adapter.patterns(np.array([3.0, -1.0, 12.0])), adapter.patterns([3, -1, 12]))

@@ -169,7 +169,10 @@ class TorchModelAdapter:
         import torch
 
         from distattn.models.hooks import capture_hooks
-        ids = np.asarray(token_ids, dtype=np.int64)
+        given = np.asarray(token_ids)
+        ids = given.astype(np.int64)
+        if given.dtype.kind == "f" and given.size and (given != ids).any():     # astype truncated 3.7 to 3
+            raise ValueError(f"token ids must be whole numbers; got {float(given[given != ids].flat[0])!r}")
         if ids.ndim != 1:            # wrapped to (1, B, T), it was refused under a shape the caller never passed
             raise ValueError(f"patterns takes one sequence: a 1-D array of token ids; got shape {ids.shape}")
         param = next(self.model.parameters(), None)         # the ids go where the model is (a GPU model too)
