@@ -219,3 +219,19 @@ def test_torch_adapter_refuses_fractional_token_ids():
     with pytest.raises(ValueError, match=r"token ids must be whole numbers; got 3\.7"):
         adapter.patterns([3.7, 7.0, 12.0])
     np.testing.assert_array_equal(adapter.patterns(np.array([3.0, -1.0, 12.0])), adapter.patterns([3, -1, 12]))
+
+
+@pytest.mark.parametrize("oov_id", [-1, 50, 1.5, None])
+def test_torch_adapter_names_a_bad_oov_id(oov_id):
+    """An oov_id outside the vocabulary surfaced, at the first OOV word, as "token id 50 is outside [0,
+    vocab_size=50); encode out-of-vocabulary words as <unk>": it blamed the caller's token ids (all valid) and
+    pointed to the encoding that oov_id is there to replace; None gave numpy's object-array error."""
+    import torch
+
+    from distattn.analysis.sources import TorchModelAdapter
+    from distattn.models import LMConfig, TransformerLM
+    torch.manual_seed(0)
+    model = TransformerLM(LMConfig(vocab_size=50, d_model=16, n_heads=4, n_layers=1, max_len=8))
+    with pytest.raises(ValueError, match=rf"oov_id must be an integer in \[0, vocab_size=50\) .*; got {oov_id}"):
+        TorchModelAdapter(model, oov_id=oov_id).patterns([3, -1, 12])
+    assert TorchModelAdapter(model, oov_id=np.int64(49)).patterns([3, -1, 12]).shape == (1, 4, 3, 3)

@@ -157,8 +157,14 @@ class TorchModelAdapter:
     restored after."""
 
     def __init__(self, model, oov_id: int = 0):
+        vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+        if isinstance(oov_id, bool) or not isinstance(oov_id, numbers.Integral) or oov_id < 0 \
+                or (vocab_size is not None and oov_id >= vocab_size):
+            # it surfaced at the first OOV word as "token id ... is outside", blaming the caller's ids
+            raise ValueError(f"oov_id must be an integer in [0, vocab_size={vocab_size}) (the id that negative, "
+                             f"out-of-vocabulary ids are read as, e.g. <unk>); got {oov_id!r}")
         self.model = model
-        self.oov_id = oov_id
+        self.oov_id = int(oov_id)
 
     @property
     def n_layers(self) -> int:
