@@ -514,6 +514,28 @@ def test_config_round_trip_and_build():
     assert isinstance(build_model(AttentionOnlyConfig(vocab_size=V, d_model=4)), ProjectionMatchedLM)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("kind", ["classifier", "lm", "mlm", "attention_only"])
+def test_save_and_load_model_give_the_same_model_in_its_dtype(kind, dtype, tmp_path):
+    """load_model(path) built a float32 model from the stored config and copied a float64 model's weights into
+    it: the loaded model was float32, its outputs about 1e-8 from the saved model's."""
+    from distattn.models import MaskedLM, MaskedLMConfig
+    from distattn.train import load_model, save_model
+    torch.manual_seed(0)
+    model = {"classifier": lambda: tiny_classifier(positional="relative"),
+             "lm": lambda: tiny_lm(positional="rope"),
+             "mlm": lambda: MaskedLM(MaskedLMConfig(vocab_size=V, d_model=16, n_heads=4, n_layers=2, max_len=12,
+                                                    positional="sinusoidal")),
+             "attention_only": lambda: ProjectionMatchedLM(AttentionOnlyConfig(vocab_size=V, d_model=16, n_heads=4,
+                                                                                max_len=12))}[kind]().to(dtype).eval()
+    save_model(model, tmp_path / "m.pt")
+    again = load_model(tmp_path / "m.pt").eval()
+    assert type(again) is type(model) and all(p.dtype == dtype for p in again.parameters())
+    ids, _ = batch()
+    with torch.no_grad():
+        assert torch.equal(again(ids), model(ids))
+
+
 # -- bad input ------------------------------------------------------------------------------------
 
 def test_sequence_longer_than_max_len_is_refused():

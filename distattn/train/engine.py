@@ -291,7 +291,8 @@ def save_model(model: nn.Module, path) -> None:
 
 def load_model(path, model: nn.Module | None = None) -> nn.Module:
     """Weights from :func:`save_model` or a training checkpoint. Without ``model`` one is built from the
-    stored config; with one, its config must match (else :class:`CheckpointMismatchError`)."""
+    stored config, in the dtype of the stored weights; with one, its config must match (else
+    :class:`CheckpointMismatchError`)."""
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise ValueError(f"{path} is not a distattn model file or checkpoint")
@@ -303,6 +304,10 @@ def load_model(path, model: nn.Module | None = None) -> nn.Module:
     if model is None:
         from distattn.models import build_model
         model = build_model(stored)
+        # the config holds no dtype: a float64 (or bf16) model's weights were copied into a float32 one
+        dtypes = {v.dtype for v in ckpt["model"].values() if torch.is_tensor(v) and v.is_floating_point()}
+        if len(dtypes) == 1:
+            model.to(dtypes.pop())
     else:
         check_fingerprint(stored, _model_config(model), path)
     _unwrap(model).load_state_dict(ckpt["model"])
