@@ -339,3 +339,31 @@ def test_run_script_turns_a_user_error_into_exit_code_2(capsys):
         raise ValueError("window must be >= 1; got 0")
     assert run_script(main) == 2
     assert capsys.readouterr().err == "error: window must be >= 1; got 0\n"
+
+
+def test_counts_cached_under_another_tokenizer_are_not_served(tmp_path, monkeypatch):
+    """The counts' cache key held the corpus but not its tokenizer: a text corpus counted while its
+    default was the seed's ASCII tokenizer ('naïve' -> 'na', 've') had its counts served to
+    unicode_tokenizer's tokens ('naïve') whenever the vocabulary came out the same (here with
+    oov='gap', where the out-of-vocabulary tokens set the distances)."""
+    from distattn.corpus import RegexTokenizer, TextCorpus, tokenize_corpus
+    from distattn.paths import cache_dir
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat naïve on the mat\nthe cat sat on the mat\nthe mat sat on the cat\n",
+                      encoding="utf-8")
+    # a tokenized entry as the code before wrote it (its source without the tokenizer) keys nothing stale
+    tokenize_corpus(TextCorpus(corpus))
+    for meta in (cache_dir() / "tokenized").glob("text-*/meta.json"):
+        info = json.loads(meta.read_text())
+        info["source"].pop("tokenizer", None)
+        meta.write_text(json.dumps(info))
+    config = StatsConfig(corpus="text", path=str(corpus), window=3, min_count=2, oov="gap")
+    with monkeypatch.context() as m:
+        m.setattr(TextCorpus, "default_tokenizer", lambda self: RegexTokenizer())     # the seed's ASCII words
+        ascii_counts = build_statistics(config, progress=False)
+        assert "tokenizer" not in tokenize_corpus(TextCorpus(corpus)).source        # IMDB's keys stay as they were
+    unicode_counts = build_statistics(config, progress=False)
+    fresh = build_statistics(config, cache=False, progress=False)
+    assert ascii_counts.vocab.itos == fresh.vocab.itos           # the same vocabulary, other distances
+    assert (ascii_counts.cooc != fresh.cooc).nnz > 0
+    assert (unicode_counts.cooc != fresh.cooc).nnz == 0

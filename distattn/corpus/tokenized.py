@@ -22,7 +22,7 @@ import numpy as np
 from distattn.atomic import atomic_dir, config_hash, ensure_writable_dir
 from distattn.corpus.documents import Corpus, Document, check_split, selectable_split
 from distattn.corpus.ragged import RaggedIds
-from distattn.corpus.tokenize import tokenize_to_bytes, tokenizer_config, unicode_tokenizer
+from distattn.corpus.tokenize import default_tokenizer, tokenize_to_bytes, tokenizer_config, unicode_tokenizer
 from distattn.corpus.vocabulary import DEFAULT_SPECIALS, Vocabulary, _not_a_string
 from distattn.paths import cache_dir
 
@@ -267,6 +267,13 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
     fingerprint = corpus.fingerprint() if hasattr(corpus, "fingerprint") else None
     key = None
     tok_config = tokenizer_config(tokenizer)
+    # what the tokens came from, which the caches built on them key on (the statistics' counts, the
+    # compare stages): the tokenizer too, unless it is the seed's (IMDB's keys are unchanged). Without
+    # it, a text corpus's counts cached while its default was the seed's ASCII tokenizer were served
+    # to its unicode_tokenizer tokens whenever the vocabulary came out the same
+    source = {"fingerprint": fingerprint}
+    if tok_config != default_tokenizer().config():
+        source["tokenizer"] = tok_config
     if cache and fingerprint is not None and tok_config is not None:
         key = config_hash({"format": FORMAT, "corpus": fingerprint, "tokenizer": tok_config})
         root = Path(cache) if not isinstance(cache, bool) else cache_dir() / "tokenized"
@@ -281,6 +288,7 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
                 shutil.rmtree(entry, ignore_errors=True)
             else:
                 if all(map(selectable_split, cached.docs.split_names)):
+                    cached.source = source      # an entry written before the tokenizer was in it
                     return cached
                 # written before splits were checked: a document without a split was cached with
                 # the split '' (no name selects it; it is 'all' now). Rebuilt, which renames it or
@@ -295,7 +303,7 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
         except OSError as exc:
             raise OSError(f"cache={str(root)!r} is not a writable directory ({exc.strerror or exc}); pass "
                           "another directory, or cache=False to tokenize without caching") from exc
-    tc = _tokenize(corpus, tokenizer, fingerprint, progress)
+    tc = _tokenize(corpus, tokenizer, source, progress)
     if key is not None:
         # an entry another process wrote meanwhile (same key, same tokens) is kept: removing it
         # before the rename once pulled it from under that process's load
@@ -309,7 +317,7 @@ def _short(value) -> str:
     return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
-def _tokenize(corpus, tokenizer, fingerprint, progress) -> TokenizedCorpus:
+def _tokenize(corpus, tokenizer, source, progress) -> TokenizedCorpus:
     type_ids: defaultdict = defaultdict(itertools.count().__next__)
     lookup = type_ids.__getitem__
     id_chunks, lengths, labels, ratings, split_codes = [], [], [], [], []
@@ -353,4 +361,4 @@ def _tokenize(corpus, tokenizer, fingerprint, progress) -> TokenizedCorpus:
     np.cumsum(lengths, out=offsets[1:])
     types = [t.decode("utf-8") for t in type_ids]
     docs = DocumentTable(labels, ratings, split_codes, split_names)
-    return TokenizedCorpus(types, RaggedIds(ids, offsets), docs, None, {"fingerprint": fingerprint})
+    return TokenizedCorpus(types, RaggedIds(ids, offsets), docs, None, source)
