@@ -119,15 +119,16 @@ class NextTokenScorer:
                 x[r, : len(seg)] = seg
             inputs = x[:, :T].copy()
             inputs[inputs < 0] = self.oov_id
-            raw = self._logits(torch.from_numpy(inputs).to(self.device))
+            z = self._logits(torch.from_numpy(inputs).to(self.device))
             tgt = torch.from_numpy(np.maximum(x[:, 1:T + 1], 0)).to(self.device)
-            # the max first, then / τ (in float64 when τ is below the dtype's smallest normal): logits / τ
+            # ranks on the raw logits (τ > 0 keeps the order); then the max first and / τ, in place (no
+            # second (B, T, V) array), in float64 when τ is below the dtype's smallest normal: logits / τ
             # overflowed to inf for a tiny τ (NaN log p, 'the model produced NaN scores'), and a τ that
-            # float32 cannot hold divided by 0; ranks are taken on the raw logits (τ > 0 keeps the order)
-            z = raw - raw.amax(-1, keepdim=True)
-            z = z / temperature if temperature >= torch.finfo(z.dtype).tiny else z.double() / temperature
+            # float32 cannot hold divided by 0
+            rk = ((z >= z.gather(-1, tgt[..., None])).sum(-1) - 1).cpu().numpy()
+            z.sub_(z.amax(-1, keepdim=True))
+            z = z.div_(temperature) if temperature >= torch.finfo(z.dtype).tiny else z.double().div_(temperature)
             lp = (z.gather(-1, tgt[..., None])[..., 0] - torch.logsumexp(z, dim=-1)).double().cpu().numpy()
-            rk = ((raw >= raw.gather(-1, tgt[..., None])).sum(-1) - 1).cpu().numpy()
             for r, (d, a, first, stop) in enumerate(chunk):
                 # row p of x predicts x[p + 1] = doc[p]; the evaluator's flat index for it is offsets[d] + p - 1
                 rows = np.arange(first, stop)
