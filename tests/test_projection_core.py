@@ -378,8 +378,20 @@ def test_torch_paths_refuse_a_temperature_that_float32_cannot_hold(S):
             torch_causal_weights(M, "softmax", attention_temperature=tau)
         with pytest.raises(ValueError, match=msg):
             torch_causal_scores(doc, S, temperature=tau, device="cpu")
-        with pytest.raises(ValueError, match=msg):
+        # the predictor scores in float32 with a device, and cannot switch to float64: it offers device=None
+        pred_msg = re.escape(f"temperature={tau!r} is below {tiny!r}, the smallest normal float32") + r".*" + \
+            re.escape(f"a temperature >= {tiny!r}, or device=None (numpy, float64)")
+        with pytest.raises(ValueError, match=pred_msg):
             ProjectionPredictor(temperature=tau, device="cpu").fit(S).next_token_logits(doc[0])
+    # ProjectionPredictor.score_next_tokens scales by its temperature times the evaluation's: the message
+    # named the product as 'temperature=1e-40', a value the caller never passed, and offered float64
+    pred = ProjectionPredictor(temperature=1e-20, device="cpu").fit(S)
+    with pytest.raises(ValueError, match=re.escape("temperature=1e-20 times the predictor's temperature=1e-20 "
+                                                   "(= 1e-40) is below")):
+        pred.score_next_tokens(doc, temperature=1e-20)
+    with pytest.raises(ValueError, match=re.escape("attention_temperature=1e-40 is below")):
+        ProjectionPredictor(normalization="softmax", attention_temperature=1e-40, device="cpu").fit(S) \
+            .next_token_logits(doc[0])
     np.testing.assert_array_equal(torch_attention(M, known, "softmax", attention_temperature=tiny).numpy(),
                                   [[[0, 1, 0], [1, 0, 0], [0, 0, 0]]])
     assert not torch_causal_weights(M, "softmax", attention_temperature=tiny).isnan().any()

@@ -177,9 +177,8 @@ class ProjectionPredictor(BaseEstimator):
         if self.device is not None:
             import torch
 
-            from distattn.projection.torch_ops import (_context, _DeviceCSR, _temperature, resolve_device,
-                                                       torch_causal_weights)
-            _temperature(self.temperature, "temperature", torch.float32)
+            from distattn.projection.torch_ops import _context, _DeviceCSR, resolve_device, torch_causal_weights
+            self._float32_temperatures(self.temperature, f"temperature={self.temperature!r}")
             dev = resolve_device(self.device)
             csr = _DeviceCSR(self.cooc_, dev, torch.float32)
             kt = torch.as_tensor(k, device=dev)[None]
@@ -199,6 +198,20 @@ class ProjectionPredictor(BaseEstimator):
             logits = np.vstack([e / self.temperature, np.zeros((1, self.vocab_size_))])
         return logits[row]
 
+    def _float32_temperatures(self, tau: float, what: str) -> None:
+        """With ``device`` set the scores are float32, where a temperature (or attention_temperature)
+        below the smallest normal float32 rounds to a subnormal or 0 and the probabilities come out
+        NaN; the numpy path (``device=None``) computes in float64."""
+        tiny = float(np.finfo(np.float32).tiny)
+        checks = [(tau, what)]
+        if self.normalization == "softmax":
+            checks.append((self.attention_temperature, f"attention_temperature={self.attention_temperature!r}"))
+        for value, name in checks:
+            if value < tiny:
+                raise ValueError(f"{name} is below {tiny!r}, the smallest normal float32: with device={self.device!r} "
+                                 f"the predictor scores in float32, where it rounds to a subnormal or 0; allowed: "
+                                 f"a temperature >= {tiny!r}, or device=None (numpy, float64)")
+
     def score_next_tokens(self, documents, *, temperature: float = 1.0, prior=None, prior_weight: float = 0.0):
         """Fused scoring for :func:`~distattn.projection.nexttoken.evaluate_next_token`.
 
@@ -213,6 +226,8 @@ class ProjectionPredictor(BaseEstimator):
                              f"underflows to 0; use a larger temperature")
         if self.device is not None:
             from distattn.projection.torch_ops import torch_causal_scores
+            self._float32_temperatures(tau, f"temperature={temperature!r} times the predictor's temperature="
+                                            f"{self.temperature!r} (= {tau!r})")
             return torch_causal_scores(docs, self.cooc_, normalization=self.normalization, zero_rows=self.zero_rows,
                                        attention_temperature=self.attention_temperature, temperature=tau,
                                        prior=prior, prior_weight=prior_weight, device=self.device)
