@@ -64,7 +64,8 @@ def _writable_parent(text: str, path) -> None:
             return
 
 
-# argparse ``type=`` for outputs: a path that cannot be written is refused before any work, not at the end
+# argparse ``type=`` for outputs: a path that cannot be written is refused before any work, not at the end; a
+# leading ``~`` comes back expanded (the path checked is the one written: the scripts do not expand it)
 def output_dir(text: str) -> str:
     from pathlib import Path
     path = Path(text).expanduser().absolute()
@@ -75,7 +76,7 @@ def output_dir(text: str) -> str:
             raise argparse.ArgumentTypeError(f"got {text!r}, which is not writable")
     else:
         _writable_parent(text, path)
-    return text
+    return os.path.expanduser(text)
 
 
 def output_file(text: str) -> str:
@@ -84,7 +85,7 @@ def output_file(text: str) -> str:
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"got {text!r}, which is a directory; allowed: a file name")
     _writable_parent(text, path)
-    return text
+    return os.path.expanduser(text)
 
 
 def check_data_dir(data_dir) -> None:

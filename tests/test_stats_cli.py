@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -367,3 +368,19 @@ def test_counts_cached_under_another_tokenizer_are_not_served(tmp_path, monkeypa
     assert ascii_counts.vocab.itos == fresh.vocab.itos           # the same vocabulary, other distances
     assert (ascii_counts.cooc != fresh.cooc).nnz > 0
     assert (unicode_counts.cooc != fresh.cooc).nnz == 0
+
+
+@pytest.mark.parametrize("kind", ["output_dir", "output_file"])
+def test_output_paths_with_a_tilde_name_the_home_directory_they_were_checked_in(kind, tmp_path, monkeypatch):
+    """--out '~/x' (quoted, or --out=~/x, which the shell leaves alone) was checked for writing
+    under $HOME but returned as '~/x', so the scripts wrote into a directory named '~' under the
+    working directory."""
+    import distattn.cli as cli
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    got = getattr(cli, kind)("~/out/x.json")
+    assert Path(got).absolute() == home / "out" / "x.json"
+    assert getattr(cli, kind)(str(work / "y")) == str(work / "y")      # other paths come back as given
