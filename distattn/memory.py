@@ -11,7 +11,8 @@ class MemoryBudgetError(MemoryError, ValueError):
 
 def available_memory() -> int:
     """Bytes the process may use: ``$DISTATTN_MAX_MEMORY`` if set (bytes, or with a K/M/G
-    suffix), else 80 % of MemAvailable from /proc/meminfo, else 80 % of physical memory."""
+    suffix), else 80 % of MemAvailable from /proc/meminfo, else 80 % of physical memory; under a
+    cgroup memory limit (a container, a batch job) 80 % of what the limit leaves, if less."""
     env = os.environ.get("DISTATTN_MAX_MEMORY")
     if env:
         try:
@@ -22,6 +23,13 @@ def available_memory() -> int:
             raise ValueError(f"DISTATTN_MAX_MEMORY={env!r} is invalid; allowed: a number of bytes >= 0, "
                              "optionally with a K, M, G or T suffix (e.g. 8G)")
         return limit
+    # MemAvailable is the host's: a container's limit is not in it, and past that limit the kernel
+    # kills the process instead of failing an allocation, so the check is all the warning there is
+    host, headroom = _host_available(), _cgroup_headroom()
+    return host if headroom is None else min(host, int(0.8 * headroom))
+
+
+def _host_available() -> int:
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             for line in fh:
@@ -33,6 +41,63 @@ def available_memory() -> int:
         return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return 8 << 30
+
+
+_CGROUP_ROOT = "/sys/fs/cgroup"
+_PROC_CGROUP = "/proc/self/cgroup"
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _number(text: str | None) -> int | None:
+    """A file's integer, or None ("max": no limit; missing; unreadable)."""
+    return int(text) if text and text.strip().isdigit() else None
+
+
+def _stat(text: str | None, key: str) -> int:
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def _cgroup_headroom() -> int | None:
+    """Bytes left under this process's cgroup memory limits (v2: its cgroup and every parent; v1:
+    the memory controller's hierarchical limit), None where none is set or none can be read. Page
+    cache the kernel can drop first (inactive_file) counts as free, as in the kubelet's working set."""
+    left = []
+    for line in (_read(_PROC_CGROUP) or "").splitlines():
+        _, controllers, rel = (line.split(":", 2) + ["", ""])[:3]
+        v1 = "memory" in controllers.split(",")
+        if controllers and not v1:
+            continue
+        root = os.path.normpath(os.path.join(_CGROUP_ROOT, "memory") if v1 else _CGROUP_ROOT)
+        base = os.path.normpath(os.path.join(root, rel.strip().lstrip("/")))
+        if not os.path.isdir(base) or os.path.commonpath([root, base]) != root:   # a host path seen from a
+            base = root                                                          # container ("/../x"): its root
+        while True:
+            stat = _read(os.path.join(base, "memory.stat"))
+            if v1:
+                limits = [_number(_read(os.path.join(base, "memory.limit_in_bytes"))),
+                          _stat(stat, "hierarchical_memory_limit") or None]
+                used, cache = _number(_read(os.path.join(base, "memory.usage_in_bytes"))), "total_inactive_file"
+            else:
+                limits = [_number(_read(os.path.join(base, "memory.max")))]
+                used, cache = _number(_read(os.path.join(base, "memory.current"))), "inactive_file"
+            limits = [x for x in limits if x is not None]
+            if limits and used is not None:
+                left.append(max(min(limits) - max(used - _stat(stat, cache), 0), 0))
+            if v1 or base == root:                         # v1's hierarchical limit covers the parents
+                break
+            base = os.path.dirname(base)
+    return min(left) if left else None
 
 
 def parse_bytes(text: str) -> int:

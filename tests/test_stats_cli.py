@@ -171,6 +171,45 @@ def test_a_bad_max_memory_setting_is_named(capsys, tmp_path, monkeypatch, value)
     assert run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--no-cache"], capsys)[0] == 0
 
 
+@pytest.mark.parametrize("version", ["v2", "v2-parent", "v1"])
+def test_the_default_memory_limit_is_within_the_cgroup_limit(tmp_path, monkeypatch, version):
+    """The default budget was 80 % of the host's MemAvailable: in a container (or a batch job) with
+    a cgroup memory limit a step that fitted the host passed the check and was killed by the kernel
+    at the limit, with no error. Page cache that can be dropped (inactive_file) counts as free."""
+    from distattn import memory
+    mib = 1 << 20
+    root = tmp_path / "cgroup"
+    if version == "v1":
+        proc, leaf = "12:cpu,cpuacct:/job\n4:memory:/job\n", root / "memory" / "job"
+        files = {"memory.limit_in_bytes": 200 * mib, "memory.usage_in_bytes": 120 * mib,
+                 "memory.stat": f"cache 0\nhierarchical_memory_limit {300 * mib}\ntotal_inactive_file {20 * mib}\n"}
+    else:
+        proc, leaf = "0::/user.slice/job\n", root / "user.slice" / "job"
+        limited = leaf.parent if version == "v2-parent" else leaf
+        limited.mkdir(parents=True)
+        leaf.mkdir(exist_ok=True)
+        (leaf / "memory.max").write_text("max\n")
+        (leaf / "memory.current").write_text(f"{mib}\n")
+        files = {"memory.max": 200 * mib, "memory.current": 120 * mib, "memory.stat": f"anon 1\ninactive_file {20 * mib}\n"}
+        leaf = limited
+    leaf.mkdir(parents=True, exist_ok=True)
+    for name, value in files.items():
+        (leaf / name).write_text(f"{value}\n")
+    (tmp_path / "proc_cgroup").write_text(proc)
+    monkeypatch.delenv("DISTATTN_MAX_MEMORY", raising=False)
+    monkeypatch.setattr(memory, "_CGROUP_ROOT", str(root), raising=False)
+    monkeypatch.setattr(memory, "_PROC_CGROUP", str(tmp_path / "proc_cgroup"), raising=False)
+    assert memory.available_memory() == int(0.8 * 100 * mib)          # 200 MiB - (120 - 20) MiB in use
+    with pytest.raises(memory.MemoryBudgetError):
+        memory.check_memory(90 * mib, "a step")
+    if version == "v1":                                                 # v1 writes "no limit" as a huge number
+        (leaf / "memory.limit_in_bytes").write_text(f"{1 << 62}\n")
+        (leaf / "memory.stat").write_text(f"hierarchical_memory_limit {1 << 62}\n")
+    else:
+        (leaf / "memory.max").write_text("max\n")
+    assert memory.available_memory() > 80 * mib                       # no limit: the host's figure
+
+
 @pytest.mark.parametrize("args, message", [
     (["--neg", "nan"], "neg=nan is invalid"),
     (["--neg", "inf"], "neg=inf is invalid"),
