@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 
 
@@ -117,13 +118,19 @@ def format_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-def check_memory(nbytes: float, what: str, limit: int | None = None) -> None:
-    """Refuse with :class:`MemoryBudgetError` if ``nbytes`` exceeds ``limit``
-    (default :func:`available_memory`)."""
-    limit = available_memory() if limit is None else int(limit)
+def check_memory(nbytes: float, what: str, limit: float | None = None, limit_name: str = "limit") -> None:
+    """Refuse with :class:`MemoryBudgetError` if ``nbytes`` exceeds ``limit`` (default
+    :func:`available_memory`; ``inf``: no limit). ``limit_name`` is the caller's name for ``limit``,
+    used in the messages."""
+    if limit is None:
+        limit, hint = available_memory(), "set DISTATTN_MAX_MEMORY to change the limit"
+    else:   # DISTATTN_MAX_MEMORY does not apply to a limit given here; int(inf) raised OverflowError
+        if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not limit >= 0:
+            raise ValueError(f"{limit_name} must be a number of bytes >= 0 (inf: no limit); got {limit!r}")
+        hint = f"raise {limit_name}"
     if nbytes > limit:
         raise MemoryBudgetError(
             f"{what} would need about {format_bytes(nbytes)}, more than the "
-            f"{format_bytes(limit)} allowed (set DISTATTN_MAX_MEMORY to change the limit, "
+            f"{format_bytes(limit)} allowed ({hint}, "
             f"or reduce the vocabulary / window / dimension)."
         )

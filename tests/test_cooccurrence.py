@@ -149,6 +149,20 @@ def test_refuses_vocabulary_too_large_before_allocating():
         cooccurrence([[0, 1, 2]], 100_000, window=2, max_memory=1 << 20)
 
 
+def test_an_explicit_max_memory_is_named_in_the_refusal(monkeypatch):
+    """With max_memory= given, the refusal said "set DISTATTN_MAX_MEMORY to change the limit",
+    which changes nothing there; max_memory=inf (no limit) raised OverflowError, and a negative,
+    NaN, bool or "8G" one gave a bare int() error or a refusal of "-1 B allowed"."""
+    monkeypatch.setenv("DISTATTN_MAX_MEMORY", "1T")
+    with pytest.raises(MemoryBudgetError, match="would need about") as exc:
+        cooccurrence([[0, 1, 2]], 100_000, window=2, max_memory=1 << 20)
+    assert "DISTATTN_MAX_MEMORY" not in str(exc.value) and "max_memory" in str(exc.value)
+    assert cooccurrence([[0, 1, 2]], 3, window=2, max_memory=float("inf")).nnz == 6
+    for bad in (-1, float("nan"), True, "8G"):
+        with pytest.raises(ValueError, match=r"max_memory must be a number of bytes >= 0 \(inf: no limit\); got "):
+            cooccurrence([[0, 1, 2]], 3, window=2, max_memory=bad)
+
+
 @pytest.mark.imdb
 def test_imdb_counts_match_reference_on_a_sample(imdb_tokenized):
     sample = imdb_tokenized.sample(200, seed=1)

@@ -304,5 +304,5 @@ def estimate_memory(in_vocab_ids: np.ndarray, n_docs: int, vocab_size: int, wind
               + per_thread_scratch
               + 2 * 12.0 * nnz_bound * n_mats)           # output, and one copy while assembling
     check_memory(nbytes, f"co-occurrence counting (vocab_size={vocab_size:,}, window={window}, "
-                         f"{n:,} tokens)", max_memory)
+                         f"{n:,} tokens)", max_memory, "max_memory")
     return int(nbytes)
