@@ -484,6 +484,10 @@ def test_seed_literal_tokenizer_is_the_printed_code():
     (lambda: RaggedIds(np.array([1, 1]), [0, 1.5, 2]), "offsets has dtype float64; allowed: integer positions"),
     (lambda: RaggedIds.from_sequences([[1], [2], [3]]).take([0.9, 2.5]),   # once documents 0 and 2
      "document indices have dtype float64; allowed: integer indices or a boolean mask"),
+    (lambda: RaggedIds.from_sequences([[1], [2], [3]]).take([[0, 1]]),   # once "object too deep for desired array"
+     r"document indices must be 1-D \(r\[i\] for one document\); got shape \(1, 2\)"),
+    (lambda: RaggedIds.from_sequences([[1], [2], [3]]).take(np.int64(1)),   # once "len() of unsized object"
+     r"document indices must be 1-D \(r\[i\] for one document\); got shape \(\)"),
     (lambda: Vocabulary("abc"), "words='abc' is a string"),
     (lambda: Vocabulary(["a"]).encode("the movie"), "tokens='the movie' is a string"),
     (lambda: Vocabulary.build(["the movie", "good"]), r"documents\[0\]='the movie' is a string"),

@@ -102,6 +102,8 @@ class RaggedIds:
     def take(self, docs: np.ndarray | Sequence[int]) -> "RaggedIds":
         """The documents with the given indices (or boolean mask), in that order."""
         docs = np.asarray(docs)
+        if docs.ndim != 1:       # numpy's own errors: "object too deep for desired array", "len() of unsized object"
+            raise ValueError(f"document indices must be 1-D (r[i] for one document); got shape {docs.shape}")
         if docs.dtype == bool:
             if len(docs) != len(self):
                 raise ValueError(f"mask has length {len(docs)}, expected {len(self)}")
