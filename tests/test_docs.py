@@ -80,3 +80,19 @@ def test_readme_statistics_example_runs_on_imdb(imdb_archive, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     spearman = float(re.search(r"spearman=([0-9.]+)", res.stdout).group(1))
     assert 0.3 < spearman < 1.0, res.stdout       # PPMI-SVD on IMDB: related words rank high on WordSim-353
+
+
+def test_the_train_docstring_states_the_seed_recipe_the_code_builds():
+    """distattn.train's docstring gave the seed's recipe as ``TrainConfig(epochs=5, batch_size=64,
+    lr=2e-4)``, which leaves TrainConfig's defaults in place: a cosine schedule, clipping at 1 and
+    weight decay on matrices only, where the seed (and ``seed_train_config``) has a constant rate,
+    no clipping and decay on every parameter."""
+    import dataclasses
+
+    import distattn.train
+    from distattn.train import TrainConfig
+    from distattn.train.recipes import seed_train_config
+    stated = re.search(r"seed's recipe is[^`]*``(TrainConfig\(.*?\))``", distattn.train.__doc__, flags=re.S)
+    assert stated, "the docstring no longer names the seed's recipe as a TrainConfig(...)"
+    config = eval(" ".join(stated.group(1).split()), {"TrainConfig": TrainConfig})
+    assert dataclasses.asdict(config) == dataclasses.asdict(seed_train_config())

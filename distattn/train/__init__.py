@@ -12,8 +12,10 @@
 >>> [h["epoch"] for h in result["history"]], sorted(result["history"][-1]["eval"]["test"])
 ([1, 2], ['accuracy', 'loss', 'n'])
 
-The seed's recipe is ``TrainConfig(epochs=5, batch_size=64, lr=2e-4)`` on
-``seed_classifier_config()`` (see :mod:`distattn.train.recipes`).
+The seed's recipe is ``TrainConfig(epochs=5, batch_size=64, lr=2e-4, decay="all",
+schedule="constant", grad_clip=None)`` on ``seed_classifier_config()``: ``seed_train_config()``
+in :mod:`distattn.train.recipes` (TrainConfig's own defaults add a cosine schedule, clipping
+and decay on matrices only).
 
 * :class:`Trainer` / :class:`TrainConfig` — the loop (bf16, TF32, fused AdamW, compile, warm-up +
   cosine, clipping, checkpoints with exact resume, per-epoch JSON metrics, torchrun DDP);
