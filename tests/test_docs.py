@@ -96,3 +96,85 @@ def test_the_train_docstring_states_the_seed_recipe_the_code_builds():
     assert stated, "the docstring no longer names the seed's recipe as a TrainConfig(...)"
     config = eval(" ".join(stated.group(1).split()), {"TrainConfig": TrainConfig})
     assert dataclasses.asdict(config) == dataclasses.asdict(seed_train_config())
+
+
+TOP_LEVEL = {"distattn", "analyses", "benchmarks", "corpora", "tests", ".ci"}
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _cited_paths(doc: Path) -> list[str]:
+    """The repository files a README names in backticks: a path under one of the top-level
+    directories, a bare ``*.py`` (a script of analyses/ or benchmarks/), and in the results README
+    a measured output (``cpu_*``, ``h100_*``, ``models_h100_*``, ``projection_vs_ngrams_*``) or a
+    file under one. Placeholders (``<dir>``, ``$OUT``, ``*``, ``…``) name no one file."""
+    text = doc.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.S | re.M)
+    text = re.sub(r"^```[a-z]*\n.*?^```", "", text, flags=re.S | re.M)
+    cited = []
+    for token in blocks + re.findall(r"`([^`]+)`", text):        # a code span may wrap a line
+        for word in token.split():
+            word = word.strip("(),;'\"")
+            if not word or re.search(r"[<>$*…=]", word) or "://" in word:
+                continue
+            first = word.split("/")[0]
+            if first in TOP_LEVEL and "/" in word:
+                cited.append(word)
+            elif "/" not in word and word.endswith(".py"):
+                cited.append(word)
+            elif doc.parent == RESULTS and re.match(r"(cpu|h100|models_h100|projection_vs_ngrams)_", first):
+                cited.append(word)
+    return cited
+
+
+@pytest.mark.parametrize("doc", [ROOT / "README.md", RESULTS / "README.md"], ids=["README", "results README"])
+def test_every_file_a_readme_cites_exists(doc):
+    cited = _cited_paths(doc)
+    assert len(cited) >= 10, cited                     # the extraction cannot pass by finding nothing
+    missing = [p for p in cited
+               if not any((base / p).exists() for base in ((ROOT, ROOT / "analyses", ROOT / "benchmarks")
+                                                           if "/" not in p and p.endswith(".py") else (ROOT, RESULTS)))]
+    assert not missing, f"{doc.relative_to(ROOT)} cites files that are not in the repository: {missing}"
+
+
+def _readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return re.search(r"^## " + re.escape(title) + r"\n(.*?)(?=^## )", text, flags=re.S | re.M).group(1)
+
+
+def _effective_default(action):
+    """The parser's default, or where that is a placeholder (None) the one its help names."""
+    if action.default is not None:
+        return action.default
+    named = re.search(r"\(default: ([^)]*)\)", action.help or "")
+    return named.group(1) if named else None
+
+
+@pytest.mark.parametrize("module", ["distattn.compare", "distattn.stats"])
+def test_readme_option_tables_match_the_parsers(module):
+    """Every option a README table names exists, with the default the parser uses; every option
+    of the parser is named in its section (the table or the text around it)."""
+    parser = importlib.import_module(module + ".__main__").parser()
+    actions = {s: a for a in parser._actions for s in a.option_strings}
+    section = _readme_section(f"`python -m {module}`")
+    rows = re.findall(r"^\|\s*(`-[^|]*?)\s*\|\s*([^|]*?)\s*\|", section, flags=re.M)
+    assert len(rows) >= 8, rows
+    for names_cell, default_cell in rows:
+        names = re.findall(r"`(-[-\w]*)`", names_cell)
+        assert names, names_cell
+        unknown = [n for n in names if n not in actions]
+        assert not unknown, f"the README's table of {module} names options the parser does not have: {unknown}"
+        defaults = [d.strip().strip("`") for d in default_cell.split(",")] if default_cell.strip() else []
+        if not defaults or len(defaults) != len(names):
+            continue
+        for name, stated in zip(names, defaults):
+            actual = _effective_default(actions[name])
+            if stated == "off":
+                assert actual is False, (name, actual)
+            else:
+                try:
+                    assert float(stated) == float(actual), (name, stated, actual)
+                except (TypeError, ValueError):
+                    assert stated == str(actual).rstrip("/"), (name, stated, actual)
+    missing = [s for a in parser._actions for s in a.option_strings[-1:]
+               if s != "--help" and not any(f"`{o}" in section for o in a.option_strings)]
+    assert not missing, f"the README's section on {module} does not name {missing}"
