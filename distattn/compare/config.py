@@ -1,8 +1,9 @@
 """The configuration of a comparison run, and its profiles.
 
 A profile fixes the sizes of every stage: ``quick`` (a subset of the data and small models, for a
-2-core CPU), ``full`` (all data, the seed's classifier and 4-layer LMs, for one GPU), and ``auto``
-(``full`` when CUDA is available, else ``quick``).
+2-core CPU), ``full`` (all data, the seed's classifier, a 4-layer GPT-style LM and the 1-layer attention-only
+LM, for one GPU), and ``auto`` (``full`` when CUDA is available and ``device`` is ``auto`` or
+``cuda``, else ``quick``).
 """
 
 from __future__ import annotations
