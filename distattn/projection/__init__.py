@@ -13,7 +13,9 @@ Modules: ``core`` (Q, M, Norm, QS, E, e_global, softmax), ``batch`` (many sequen
 ``torch_ops`` (the same on a torch device; imported lazily), ``positional`` ((Q+P) S (Q+P)ᵀ),
 ``asymmetric`` (Q W_Q W_Kᵀ Qᵀ), ``multihead`` (SVD/NMF heads), ``cross`` (cross-projection),
 ``causal`` (prefix-only e_t and the fast scoring kernel), ``predictor`` (the estimator),
-``nexttoken`` (model-agnostic evaluation), ``ngram`` (unigram and Kneser–Ney baselines).
+``nexttoken`` (model-agnostic evaluation), ``ngram`` (unigram and Kneser–Ney baselines),
+``device_scorers`` (the variants and n-grams scored in batches on a torch device: the engine of
+``python -m distattn.compare``'s next-token table; imported on use).
 
 This stage imports only from ``distattn.corpus``, ``distattn.stats`` and the top-level
 utilities.
