@@ -30,7 +30,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", choices=DEVICES)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-docs", type=int, default=None, help="cap every document set (smoke runs)")
-    p.add_argument("--no-models", action="store_true", help="skip model training (statistics and projections only)")
+    p.add_argument("--no-models", action="store_true",
+                   help="skip model training (statistics, projections and their analysis views only)")
     p.add_argument("--no-cache", action="store_true", help="recompute every stage (the tokenized corpus is still read from the cache)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or stage log")
     return p
