@@ -44,7 +44,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--svd-dim", type=int, default=d.svd_dim, help="SVD embedding dimension (0: none)")
     p.add_argument("--eig", type=float, default=d.eig, help="eigenvalue weighting of the SVD embeddings")
     p.add_argument("--evaluate", action="store_true", help="score the embeddings on WordSim-353 and SimLex-999")
-    p.add_argument("--out", default=None, help="directory for vocab.json, cooc.npz, ppmi.npz, stats.json")
+    p.add_argument("--out", default=None,
+                   help="directory for vocab.json, cooc.npz, ppmi.npz, embeddings.npy (with --svd-dim), stats.json")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
     p.add_argument("--jobs", type=int, default=None, help="threads for counting (default: all CPUs)")
     return p
