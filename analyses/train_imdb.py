@@ -6,7 +6,7 @@
                                                                     # then a classifier fine-tuned on train → test
     torchrun --nproc_per_node 2 analyses/train_imdb.py lm --out runs/lm_ddp     # DDP (nccl / gloo)
 
-Data: ``DISTATTN_DATA_DIR`` holding ``aclImdb_v1.tar.gz``; the vocabulary is the 30k most frequent
+Data: ``--data-dir`` (default ``DISTATTN_DATA_DIR``) holding ``aclImdb_v1.tar.gz``; the vocabulary is the 30k most frequent
 words of train+unsup, the statistics layer's (``<pad>`` 0, ``<unk>`` 1; test is never counted). Metrics go to ``OUT/metrics.json`` at each epoch
 (``lm`` also writes ``OUT/test_next_token.json``: perplexity and top-k on test, the projection's metric);
 re-running the same command resumes from ``OUT/checkpoint.pt`` (``mlm``: ``OUT/pretrain/`` and
@@ -20,7 +20,7 @@ import json
 import sys
 
 from distattn.atomic import write_json
-from distattn.cli import non_negative_int, output_dir, positive_int, run_script
+from distattn.cli import check_data_dir, non_negative_int, output_dir, positive_int, run_script
 from distattn.corpus import get_corpus, tokenize_corpus
 from distattn.models import (POSITIONAL, LMConfig, MaskedLM, MaskedLMConfig, TransformerClassifier, TransformerLM,
                              seed_classifier_config)
@@ -48,6 +48,8 @@ def main():
     ap.add_argument("--checkpoint-every", type=non_negative_int, default=0,
                     help="also checkpoint every N steps (default 0: at each epoch's end); a rerun resumes from it")
     ap.add_argument("--seed", type=non_negative_int, default=0)
+    ap.add_argument("--data-dir", default=None,
+                    help="the directory holding aclImdb_v1.tar.gz (default: $DISTATTN_DATA_DIR, then the cache)")
     ap.add_argument("--max-steps", type=positive_int, default=None)
     ap.add_argument("--limit-docs", type=positive_int, default=None,
                     help="use a random subset of at most this many documents of each set: train, test, and for "
@@ -63,9 +65,13 @@ def main():
     if args.d_model % heads:                # once "d_model=129 must be divisible by n_heads=2", a count never asked for
         ap.error(f"--d-model {args.d_model} is not divisible by {heads} heads "
                  f"({'--heads' if args.heads else 'the default d_model // 64'}); choose --heads to divide it")
+    try:
+        check_data_dir(args.data_dir)
+    except ValueError as exc:
+        ap.error(str(exc))
     epochs = {} if args.epochs is None else {"epochs": args.epochs}
 
-    tc = tokenize_corpus(get_corpus("imdb"))
+    tc = tokenize_corpus(get_corpus("imdb", data_dir=args.data_dir))
     vocab = tc.split("train+unsup").vocabulary(max_size=29_998)     # the statistics layer's (never test)
     def part(name):
         split = tc.split(name)

@@ -73,6 +73,8 @@ def test_train_imdb_recipes_run_and_the_two_stage_mlm_resumes(what, imdb_archive
     # once a model error about n_heads=2, a count the user never chose, after tokenizing IMDB
     ("lm", ["--d-model", "129"], "--d-model 129 is not divisible by 2 heads (the default d_model // 64); choose --heads"),
     ("lm", ["--d-model", "96", "--heads", "5"], "--d-model 96 is not divisible by 5 heads (--heads)"),
+    # the only IMDB script without --data-dir: it read $DISTATTN_DATA_DIR alone
+    ("seed", ["--data-dir", "/no/such/dir"], "argument --data-dir: got '/no/such/dir', which does not exist"),
 ])
 def test_train_imdb_refuses_bad_arguments_before_reading_data(tmp_path, recipe, args, message):
     env = dict(os.environ, DISTATTN_DATA_DIR=str(tmp_path / "no-data"), DISTATTN_CACHE_DIR=str(tmp_path / "cache"))
