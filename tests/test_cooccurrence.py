@@ -163,6 +163,16 @@ def test_an_explicit_max_memory_is_named_in_the_refusal(monkeypatch):
             cooccurrence([[0, 1, 2]], 3, window=2, max_memory=bad)
 
 
+def test_memory_estimate_counts_the_threads_counting_uses(monkeypatch):
+    """The per-thread scratch was multiplied by os.cpu_count() even with n_jobs=1, so on a
+    many-core host a single-threaded count that fits was refused."""
+    import os
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    docs = [[0, 1, 2, 1, 0]]
+    assert cooccurrence(docs, 100_000, window=2, n_jobs=1, max_memory=32 << 20).nnz == 7
+    with pytest.raises(MemoryBudgetError, match="would need about"):     # 64 threads' scratch does not fit
+        cooccurrence(docs, 100_000, window=2, max_memory=32 << 20)
+
 @pytest.mark.imdb
 def test_imdb_counts_match_reference_on_a_sample(imdb_tokenized):
     sample = imdb_tokenized.sample(200, seed=1)

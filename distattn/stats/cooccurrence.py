@@ -167,7 +167,7 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
     if len(in_vocab) == 0:
         raise EmptyCorpusError(f"the corpus has {len(ragged)} documents but no in-vocabulary tokens "
                                "(all documents are empty or out of vocabulary)")
-    estimate_memory(in_vocab, len(ragged), vocab_size, window, symmetric, per_offset, max_memory)
+    estimate_memory(in_vocab, len(ragged), vocab_size, window, symmetric, per_offset, max_memory, n_jobs)
     exact = _integer_sums_exact(in_vocab, window, weighting, symmetric)
     del in_vocab
     groups = split_documents(ragged, chunk_tokens)
@@ -287,8 +287,9 @@ def _count_rows_parallel(padded, row_ptr, positions, vocab_size, d_lo, d_hi, loo
 
 
 def estimate_memory(in_vocab_ids: np.ndarray, n_docs: int, vocab_size: int, window: int, symmetric: bool,
-                    per_offset: bool, max_memory: int | None = None) -> int:
-    """Upper bound on the bytes counting needs, from the in-vocabulary token ids; raises
+                    per_offset: bool, max_memory: int | None = None, n_jobs: int | None = None) -> int:
+    """Upper bound on the bytes counting needs, from the in-vocabulary token ids, on ``n_jobs``
+    counting threads (default: the number of CPUs, as counting does); raises
     ``MemoryBudgetError`` past the limit, before anything large is allocated."""
     n = len(in_vocab_ids)
     n_mats = window if per_offset else 1
@@ -298,7 +299,7 @@ def estimate_memory(in_vocab_ids: np.ndarray, n_docs: int, vocab_size: int, wind
     # over the ids present only: the estimate itself must not allocate O(vocab_size).)
     counts = np.bincount(in_vocab_ids) if n else np.zeros(1, np.int64)
     nnz_bound = float(np.minimum(counts.astype(np.float64) * pairs, vocab_size).sum())
-    per_thread_scratch = 24.0 * vocab_size * (os.cpu_count() or 1)
+    per_thread_scratch = 24.0 * vocab_size * (n_jobs or os.cpu_count() or 1)   # the threads counting uses
     nbytes = (n * 12.0 + 4.0 * window * (n_docs + 1)  # padded ids + positions
               + 8.0 * (vocab_size + 1) * (n_mats + 1)   # row pointers
               + per_thread_scratch
