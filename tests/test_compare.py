@@ -712,3 +712,26 @@ def test_models_train_on_the_thread_count_the_run_started_with(tmp_path):
     res = subprocess.run([sys.executable, str(script), str(corpus), str(tmp_path / "out")], env=env,
                          capture_output=True, text=True, timeout=120)
     assert "THREADS 1" in res.stdout, res.stdout + res.stderr[-2000:]
+
+
+def test_max_docs_above_every_set_is_the_same_run_as_none(tmp_path):
+    """--max-docs is a cap: one above every document set changes nothing. It shrank the
+    validation set fivefold (quick: 40 -> 8, whatever the cap) and redrew the statistics documents,
+    moving the LM documents drawn after them."""
+    import dataclasses
+
+    from distattn.compare.config import PROFILE_SIZES, CompareConfig
+    from distattn.compare.stages import load_data
+    assert CompareConfig(profile="quick", max_docs=10**6).sizes() == PROFILE_SIZES["quick"]
+    assert CompareConfig(profile="quick", max_docs=30).sizes().val_docs == 30
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=300)
+    loaded = {}
+    for cap in (None, 10**6):
+        cfg = CompareConfig(corpus="text", path=str(corpus), profile="quick", max_docs=cap)
+        loaded[cap] = load_data(cfg, dataclasses.replace(cfg.sizes(), lm_docs=200), progress=False)
+    capped, uncapped = loaded[10**6], loaded[None]
+    assert capped.describe == uncapped.describe and capped.describe["validation_docs"] == 15
+    for part in ("stat_neg", "val_neg", "test_neg", "lm_neg"):
+        got, want = getattr(capped, part), getattr(uncapped, part)
+        assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.ids, want.ids), part
+    assert capped.key == uncapped.key

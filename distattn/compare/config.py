@@ -134,6 +134,6 @@ class CompareConfig:
 
         def c(n):
             return cap if n is None else min(n, cap)
-        return dataclasses.replace(sizes, eval_docs=c(sizes.eval_docs), val_docs=max(5, c(sizes.val_docs) // 5),
+        return dataclasses.replace(sizes, eval_docs=c(sizes.eval_docs), val_docs=c(sizes.val_docs),
                                    clf_train_docs=c(sizes.clf_train_docs), clf_test_docs=c(sizes.clf_test_docs),
                                    lm_docs=c(sizes.lm_docs), analysis_seqs=min(sizes.analysis_seqs, cap))

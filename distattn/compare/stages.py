@@ -115,8 +115,8 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
         if skip or not labelled.any():
             clf_train_idx = clf_test_idx = np.zeros(0, dtype=np.int64)
             clf_skipped = skip or "the documents carry no labels"
-    if cfg.max_docs is not None:
-        stat_idx = np.sort(rng.choice(stat_idx, size=min(len(stat_idx), cfg.max_docs), replace=False))
+    if cfg.max_docs is not None and cfg.max_docs < len(stat_idx):     # a cap above them draws nothing
+        stat_idx = np.sort(rng.choice(stat_idx, size=cfg.max_docs, replace=False))
     vocab = tc.take(stat_idx).vocabulary(max_size=sizes.vocab_size)
     neg = tc.encode(vocab, oov="negative")
     unk = tc.encode(vocab, oov="unk")
