@@ -99,8 +99,9 @@ def epoch_plan(n_items: int, batch_size: int, *, epoch: int = 0, seed: int = 0, 
                length_grouping: int = 0) -> list[np.ndarray]:
     """Item indices of each batch this process sees in ``epoch``.
 
-    The global batch of ``batch_size`` items is split evenly over ``world`` processes (so the
-    result does not depend on the number of processes). ``length_grouping = g > 0`` sorts the
+    The global batch of ``batch_size`` items is split evenly over ``world`` processes (so which
+    items each step trains on together does not depend on the number of processes; the trained
+    weights still do, since the trainer seeds dropout per process). ``length_grouping = g > 0`` sorts the
     shuffled items by length within windows of ``g`` global batches (less padding), then
     shuffles the order of the batches.
     """

@@ -5,7 +5,9 @@
 * gradient clipping, linear warm-up then cosine (or linear / constant) decay;
 * determinism: data order is a function of ``(seed, epoch)`` and the torch RNG is re-seeded
   from ``(seed, rank, step)`` before every step, so a run killed and resumed from its last
-  checkpoint takes exactly the same steps as one that never stopped; AdamW is the fused kernel on
+  checkpoint under the same number of processes takes exactly the same steps as one that never
+  stopped (a checkpoint resumes under another number too, for elastic restarts, but each
+  process then draws other dropout masks for its share of the batch); AdamW is the fused kernel on
   the CPU too, since torch's default CPU AdamW rounds differently from process to process on
   several threads (``benchmarks/probe_cpu_reproducibility.py``);
 * atomic checkpoints (``checkpoint.pt``) every ``checkpoint_every`` steps and at each epoch's
