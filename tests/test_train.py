@@ -287,6 +287,38 @@ def test_resume_continues_a_finished_run_without_training(tmp_path):
     assert [h["train_loss"] for h in second["history"]] == [h["train_loss"] for h in first["history"]]
 
 
+def test_a_resume_in_another_precision_warns_and_metrics_record_each_segment(tmp_path):
+    """precision="auto" is bf16 on CUDA and fp32 elsewhere, and the device is not in the fingerprint:
+    a checkpoint trained on CUDA resumed on a CPU in fp32 without a word, and metrics.json named only
+    the last process's precision. Now summary.segments records each part and a change warns."""
+    docs, y = toy_docs(16)
+    task = ClassificationTask(ClassificationData(docs, y, max_len=16))
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_step_3(tr, step, loss):      # the checkpoint of epoch 1 (step 2) is the last on disk
+        if step == 3:
+            raise Stop
+    with pytest.raises(Stop):
+        Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8), out_dir=tmp_path, callbacks=[stop_at_step_3]).fit()
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert ckpt["state"].get("segments") == [{"from_step": 0, "device": "cpu", "bf16": False, "world_size": 1}]
+    ckpt["state"]["segments"] = [{"from_step": 0, "device": "cuda:0", "bf16": True, "world_size": 1}]
+    torch.save(ckpt, tmp_path / "checkpoint.pt")          # as a CUDA process under precision="auto" writes it
+    with pytest.warns(UserWarning, match=r"was trained bf16 on cuda:0 in 1 process up to step 2; it resumes fp32 on "
+                                         r"cpu in 1 process \(precision='auto'\)"):
+        out = Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8), out_dir=tmp_path).fit()
+    want = [{"from_step": 0, "device": "cuda:0", "bf16": True, "world_size": 1},
+            {"from_step": 2, "device": "cpu", "bf16": False, "world_size": 1}]
+    assert out["summary"]["steps"] == 4 and out["summary"]["segments"] == want
+    assert json.loads((tmp_path / "metrics.json").read_text())["summary"]["segments"] == want
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                    # the finished run again: nothing trained, no warning
+        assert Trainer(tiny_classifier(), task, quiet(epochs=2, batch_size=8), out_dir=tmp_path).fit()["summary"][
+            "segments"] == want
+
 def test_checkpoint_frequency_is_runtime_only(tmp_path):
     """A run checkpointed under one checkpoint_every resumes under another, and so does a checkpoint
     written before checkpoint_every left the fingerprint; a setting that changes the result still refuses."""

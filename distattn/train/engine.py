@@ -377,6 +377,9 @@ class _State:
     tokens: int = 0
     history: list = dataclasses.field(default_factory=list)
     best: dict | None = None
+    # how each stretch of steps was trained: {"from_step", "device", "bf16", "world_size"}, a new entry
+    # when a resume changes one of them (precision="auto" is bf16 on CUDA only; the device is RUNTIME_ONLY)
+    segments: list = dataclasses.field(default_factory=list)
 
 
 def _declared_metrics(task) -> tuple | None:
@@ -403,7 +406,9 @@ class Trainer:
     ``out_dir`` receives ``checkpoint.pt``, ``metrics.json`` (and ``best.pt`` with ``save_best``; without
     it, a ``best.pt`` an earlier run left there is removed when ``metrics.json`` is written); without
     ``out_dir`` nothing is written. ``callbacks``: functions ``f(trainer, step, loss_tensor)`` called after each step.
-    ``fit()`` returns the summary that ``metrics.json`` also holds.
+    ``fit()`` returns the summary that ``metrics.json`` also holds; its ``segments`` list the device, bf16
+    and number of processes of each stretch of steps (a resume that changes them starts a new one, and a
+    change of precision, e.g. ``precision="auto"`` resumed off CUDA, or of processes is warned about).
     """
 
     def __init__(self, model: nn.Module, task, config: TrainConfig, out_dir=None,
@@ -508,6 +513,17 @@ class Trainer:
             raw.load_state_dict(ckpt["model"])
             opt.load_state_dict(ckpt["optimizer"])
             state = _State(**ckpt["state"])
+        here = {"from_step": state.step, "device": str(device), "bf16": bf16, "world_size": world}
+        last = state.segments[-1] if state.segments else None
+        if state.step < total and (last is None or any(last[k] != here[k] for k in ("device", "bf16", "world_size"))):
+            if last is not None and rank == 0 and (last["bf16"] != bf16 or last["world_size"] != world):
+                was, now = (f"{'bf16' if d['bf16'] else 'fp32'} on {d['device']} in {d['world_size']} "
+                            f"process{'es' if d['world_size'] > 1 else ''}" for d in (last, here))
+                warnings.warn(f"{ckpt_path} was trained {was} up to step {state.step}; it resumes {now} "
+                              f"(precision={cfg.precision!r}), so the steps from here are not the ones the "
+                              f"interrupted run would have taken; summary.segments in metrics.json records "
+                              f"each part", stacklevel=2)
+            state.segments.append(here)
 
         model = raw
         if world > 1:
@@ -663,4 +679,4 @@ class Trainer:
         return {"steps": state.step, "epochs_done": state.epoch, "tokens": state.tokens,
                 "steady_tokens_per_s": timing["tokens"] / timing["seconds"] if timing["seconds"] > 0 else None,
                 "wall_seconds_this_process": wall, "device": str(device), "bf16": bf16, "world_size": world,
-                "compile": self.config.compile}
+                "compile": self.config.compile, "segments": state.segments}
