@@ -1,8 +1,10 @@
 """Training recipes: the seed's, and the ones the benchmarks use for IMDB.
 
-* :func:`seed_train_config` — 000_48942d33924f2728.txt: AdamW, lr 2e-4, weight decay 0.01 (on
-  every parameter, as ``AdamW(model.parameters())`` does), batch 64, 5 epochs; the seed states
-  no schedule, warm-up or clipping, so there are none.
+* :func:`seed_train_config` — 000_48942d33924f2728.txt's run: lr 2e-4, weight decay 0.01, batch
+  64, 5 epochs. The paper's text gives none of these; they are the ``models/imdb_config.json`` of
+  the repository it names, which names no optimizer either: AdamW is assumed (its default weight
+  decay is that 0.01), on every parameter, as ``AdamW(model.parameters())`` does. Neither states a
+  schedule, warm-up or clipping, so there are none.
 * :func:`lm_train_config` — GPT-style: AdamW (0.9, 0.95), weight decay 0.1 on matrices, warm-up
   then cosine to 10 %, clipping at 1.
 * :func:`finetune_config` — a pretrained trunk with a fresh classification head.
