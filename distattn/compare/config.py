@@ -90,7 +90,7 @@ class CompareConfig:
         if self.corpus == "text":
             from distattn.corpus import TextCorpus
             corpus = TextCorpus(self.path)  # a missing path or an unsupported format fails here, before any output
-            for f in corpus._files_for_fingerprint():   # so does a file that cannot be read (its mode, its owner)
+            for f in corpus.files():   # so does a file that cannot be read (its mode, its owner)
                 try:
                     with open(f, "rb"):
                         pass

@@ -209,9 +209,7 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
 
 def _num(x, width: int, nd: int) -> str:
     """``x`` to ``nd`` places in ``width`` columns; "–" for a missing (null) or non-finite number."""
-    if x is None or not math.isfinite(x):
-        return f"{'–':>{width}}"
-    return f"{x:{width}.{nd}f}"
+    return f"{_fixed(x, f'{width}.{nd}f'):>{width}}"
 
 
 def terminal_table(metrics: dict) -> str:

@@ -69,11 +69,12 @@ class TextCorpus(Corpus):
             raise ValueError(f"unsupported text corpus {str(self.path)!r} (suffix {self.path.suffix!r}); "
                              "accepted: " + "; ".join(SUPPORTED))
 
-    def _files_for_fingerprint(self) -> list[Path]:
+    def files(self) -> list[Path]:
+        """The files the corpus reads: the documents of a directory, or the one file."""
         return self._files if self.kind == "dir" else [self.path]
 
     def fingerprint(self) -> dict:
-        files = self._files_for_fingerprint()
+        files = self.files()
         # size and mtime alone missed a rewrite whose mtime was restored (cp -p, rsync -t, tar,
         # os.utime); the change time cannot be set back, and any write or utime moves it
         stats = [p.stat() for p in files]
