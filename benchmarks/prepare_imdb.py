@@ -9,6 +9,12 @@ tokenizer, vocabulary and data splits as the statistics layer"; test is never se
   ``cooccurrence(window=2, weighting="none")`` → ``ppmi(cds=0.75)`` → ``SVDEmbeddings(dim, eig=0.5)``;
 * ``words``: the vocabulary, one word per line; ``vocab_from``: the splits it was counted on.
 
+``--vocab-from train+test`` counts the vocabulary on the 50k labelled reviews instead (test text,
+never its labels), as the seed's repository most likely did on its own split of them. It exists to
+measure how much that difference moves the seed classifier on the official split; it is not the
+toolkit's recipe, and the file records it in ``vocab_from``. The PPMI-SVD vectors stay counted on
+train+unsup whatever the vocabulary.
+
 The file lets a GPU machine skip tokenization and the SVD (about two minutes on two cores);
 ``bench_models.py`` rebuilds the same arrays from the corpus when the default file is absent (a
 ``--prep`` naming no file is refused).
@@ -28,16 +34,19 @@ from distattn.atomic import atomic_path
 
 VOCAB_SIZE = 30_000
 VOCAB_FROM = "train+unsup"      # the statistics layer's IMDB documents
+VOCAB_CHOICES = (VOCAB_FROM, "train+test")
 
 
-def build_arrays(svd_dim: int = 256, with_svd: bool = True, log=print) -> dict:
+def build_arrays(svd_dim: int = 256, with_svd: bool = True, log=print, vocab_from: str = VOCAB_FROM) -> dict:
     from distattn.corpus import get_corpus, tokenize_corpus
 
+    if vocab_from not in VOCAB_CHOICES:
+        raise ValueError(f"vocab_from={vocab_from!r}: expected one of {', '.join(VOCAB_CHOICES)}")
     t = time.perf_counter()
     tc = tokenize_corpus(get_corpus("imdb"))
-    vocab = tc.split(VOCAB_FROM).vocabulary(max_size=VOCAB_SIZE - 2)
+    vocab = tc.split(vocab_from).vocabulary(max_size=VOCAB_SIZE - 2)
     assert len(vocab) == VOCAB_SIZE and vocab.pad_id == 0 and vocab.unk_id == 1
-    out = {"words": np.array("\n".join(vocab.itos)), "vocab_from": np.array(VOCAB_FROM)}
+    out = {"words": np.array("\n".join(vocab.itos)), "vocab_from": np.array(vocab_from)}
     for split in ("train", "test", "unsup"):
         enc = tc.split(split).encode(vocab)
         out[f"{split}_ids"] = enc.tokens.ids.astype(np.uint16)
@@ -61,8 +70,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".gpu/prep/imdb_prep.npz")
     ap.add_argument("--svd-dim", type=int, default=256)
+    ap.add_argument("--vocab-from", default=VOCAB_FROM, choices=VOCAB_CHOICES,
+                    help="splits the 30k vocabulary is counted on (default %(default)s; train+test only "
+                         "to measure the seed repository's choice, see the module docstring)")
+    ap.add_argument("--no-svd", action="store_true", help="skip the PPMI-SVD vectors (the seed recipe needs none)")
     args = ap.parse_args()
-    arrays = build_arrays(args.svd_dim)
+    arrays = build_arrays(args.svd_dim, with_svd=not args.no_svd, vocab_from=args.vocab_from)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out, suffix=".npz") as tmp:

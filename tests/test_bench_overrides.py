@@ -313,3 +313,20 @@ def test_a_part_cut_short_keeps_its_finished_runs(tmp_path, monkeypatch, part, o
     runs = json.loads((out / f"{part}_partial.json").read_text())["runs"]
     assert len(runs) == 2 and all(0.0 <= r["test_accuracy"] <= 1.0 for r in runs)
     assert [r["seed"] for r in runs] == ([0, 1] if part == "seedsplit" else [1, 2])
+
+
+def test_prepare_imdb_refuses_an_unknown_vocabulary_source_before_reading_the_corpus(monkeypatch):
+    """``vocab_from`` names the splits the 30k vocabulary is counted on; a typo must not cost the
+    tokenization of 100k reviews before failing somewhere inside the corpus's split parser."""
+    import distattn.corpus
+    import prepare_imdb
+
+    def corpus_read(*a, **k):
+        raise AssertionError("the corpus was read before vocab_from was checked")
+
+    monkeypatch.setattr(distattn.corpus, "get_corpus", corpus_read)
+    with pytest.raises(ValueError, match=r"vocab_from='train\+tset': expected one of train\+unsup, train\+test"):
+        prepare_imdb.build_arrays(with_svd=False, vocab_from="train+tset")
+    monkeypatch.setattr(sys, "argv", ["prepare_imdb.py", "--vocab-from", "test"])
+    with pytest.raises(SystemExit):
+        prepare_imdb.main()
