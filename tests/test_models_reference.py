@@ -502,3 +502,64 @@ def test_a_double_models_circuits_are_float64(make):
                     assert torch.equal(ov[h].A, E @ WV) and torch.equal(ov[h].B, right)
     half = model.to(torch.bfloat16)                     # lower precision weights: float32 circuits, as before
     assert qk_circuit(half, 0).A.dtype == ov_circuit(half, 0).B.dtype == torch.float32
+
+
+# ---------------------------------------------------------------------------------------------- other models
+
+@pytest.mark.parametrize("positional", POSITIONS)
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_projection_matched_lm_matches_a_loop_reference(positional, residual, bias):
+    """Every positional option (added to W_E[x] or acting in the attention), the residual path and the
+    biases, on the fused and the capture path, against the float64 loop reference."""
+    torch.manual_seed(5)
+    model = ProjectionMatchedLM(AttentionOnlyConfig(vocab_size=23, d_model=8, n_heads=2, max_len=10,
+                                                    positional=positional, bias=bias, residual=residual)).eval()
+    with torch.no_grad():                 # non-zero biases and relative vectors of unit scale: each term counts
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.normal_()
+        if model.attn.relative is not None:
+            model.attn.relative.vectors.normal_()
+    sd = model.state_dict()
+    ids = torch.tensor([[3, 5, 7, 9, 11, 2, 4]])
+    x = sd["tok_emb.weight"].double()[ids[0]]
+    if positional == "learned":
+        x = x + sd["pos.table"].double()[:7]
+    elif positional == "sinusoidal":
+        x = x + ref_sinusoidal(7, 8)
+    out, scores, pattern = ref_attention(sd, "attn.", x, 2, causal=True, key_mask=None, positional=positional)
+    want = ((out + x) if residual else out) @ sd["lm_head.weight"].double().t()
+    with torch.no_grad():
+        fast = model(ids)
+        slow, cache = model(ids, capture=True)
+    assert torch.allclose(fast[0].double(), want, atol=ATOL), positional
+    assert torch.allclose(slow[0].double(), want, atol=ATOL), positional
+    assert torch.allclose(cache["attn.hook_pattern"][0].double(), pattern, atol=ATOL)
+    assert torch.equal(torch.isneginf(cache["attn.hook_scores"][0]), torch.isneginf(scores))
+
+
+@pytest.mark.parametrize("positional", POSITIONS)
+def test_masked_lm_matches_a_bidirectional_loop_reference(positional):
+    """The masked LM's trunk attends both ways (no causal mask, no padding mask: its batches are packed);
+    the full logits and the logits at the masked positions are the reference's rows."""
+    from distattn.models import MaskedLM, MaskedLMConfig
+    torch.manual_seed(6)
+    model = MaskedLM(MaskedLMConfig(vocab_size=23, d_model=8, n_layers=2, n_heads=2, d_ff=12, max_len=10,
+                                    positional=positional)).eval()
+    ids = torch.tensor([[3, 5, 22, 9, 11, 2, 22]])                    # 22: the [MASK] id
+    ref, caught = ref_trunk(model.trunk, ids[0])
+    want = ref @ model.state_dict()["lm_head.weight"].double().t()
+    positions, targets = torch.tensor([[2, 6]]), torch.tensor([[7, 4]])
+    with torch.no_grad():
+        full = model(ids)
+        picked, loss = model(ids, positions, targets)
+        _, cache = model(ids, capture=True)
+    assert torch.allclose(full[0].double(), want, atol=ATOL), positional
+    assert torch.allclose(picked[0].double(), want[[2, 6]], atol=ATOL)
+    ce = -torch.log_softmax(want[[2, 6]], -1)[[0, 1], [7, 4]].mean()
+    assert math.isclose(loss.item(), ce.item(), rel_tol=1e-5)
+    for layer in range(2):
+        pattern = cache[f"trunk.blocks.{layer}.attn.hook_pattern"][0].double()
+        assert torch.allclose(pattern, caught[layer][1], atol=ATOL)
+        assert (pattern.triu(1) > 0).any()                            # later keys are attended
