@@ -74,7 +74,8 @@ class MaskedLM(TransformerLM):
         if positions.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"positions must be int64 or int32; got {positions.dtype}")
         check_range(positions, 0, ids.shape[1], "position", f"[0, seq_len={ids.shape[1]})")
-        picked = h.gather(1, positions.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
+        # int32 indices: gather takes them only from torch 2.8 on, and pyproject allows 2.4
+        picked = h.gather(1, positions.long().unsqueeze(-1).expand(-1, -1, h.shape[-1]))
         logits = self.lm_head(picked)
         return logits, lm_loss(logits, targets)
 
