@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from gensim.models import KeyedVectors
 from gensim.test.utils import datapath
-from scipy.stats import spearmanr
 
 from distattn.stats.embeddings import SVDEmbeddings
 from distattn.stats.similarity import (
@@ -88,13 +87,30 @@ def test_lowercase_and_oov():
         evaluate_similarity(vectors, pairs, lowercase=False)
 
 
-def test_zero_vector_has_cosine_zero():
-    vectors = {"a": np.zeros(2), "b": np.array([1.0, 0.0]), "c": np.array([1.0, 0.1])}
-    res = evaluate_similarity(vectors, [("a", "b", 0.0), ("b", "c", 1.0), ("a", "c", 0.5)])
-    cos_bc = 1 / np.hypot(1.0, 0.1)
-    model = [0.0, cos_bc, 0.0]                                  # cos(a, ·) = 0: no nan, no 1
-    assert res.pearson == pytest.approx(np.corrcoef(model, [0.0, 1.0, 0.5])[0, 1])
-    assert res.spearman == pytest.approx(spearmanr(model, [0.0, 1.0, 0.5]).statistic)
+def test_zero_vector_word_is_out_of_vocabulary():
+    vectors = {"a": np.zeros(2), "b": np.array([1.0, 0.0]), "c": np.array([1.0, 0.1]), "d": np.array([0.0, 1.0])}
+    pairs = [("a", "b", 0.0), ("b", "c", 1.0), ("a", "c", 0.5), ("c", "d", 0.2)]
+    res = evaluate_similarity(vectors, pairs)
+    assert (res.n_pairs, res.n_found, res.oov_ratio) == (4, 2, 0.5)   # a's pairs are excluded, not cosine 0
+    assert res.spearman == pytest.approx(1.0)
+    # when cases collapse, an all-zero "A" does not shadow a usable "a"
+    res = evaluate_similarity({"A": np.zeros(2), "a": np.array([1.0, 0.0]), "b": np.array([0.8, 0.6]),
+                               "c": np.array([0.0, 1.0])}, [("a", "b", 2.0), ("a", "c", 1.0)])
+    assert (res.n_found, res.spearman) == (2, pytest.approx(1.0))
+
+
+def test_zero_vector_coverage_agrees_with_keyed_vectors_export():
+    rng = np.random.default_rng(3)
+    X = rng.random((6, 10))
+    X[1] = 0                                                     # "a" never co-occurred
+    model = SVDEmbeddings(dim=3).fit(X, words=["p", "a", "b", "c", "d", "e"])
+    pairs = [("a", "b", 1.0), ("c", "d", 2.0), ("b", "e", 3.0), ("c", "e", 0.5)]
+    direct = evaluate_similarity(model, pairs)
+    via_kv = evaluate_similarity(model.to_keyed_vectors(), pairs)
+    assert "a" not in model.to_keyed_vectors()
+    assert (direct.n_found, direct.oov_ratio) == (via_kv.n_found, via_kv.oov_ratio) == (3, 0.25)
+    assert direct.spearman == pytest.approx(via_kv.spearman)
+    assert direct.pearson == pytest.approx(via_kv.pearson, abs=1e-6)
 
 
 def test_svd_embeddings_input():

@@ -4,7 +4,9 @@ The score of a pair is the cosine similarity of its two word vectors; the result
 Spearman (and Pearson) correlation with the human ratings over the pairs whose words are
 both in the vocabulary. Pairs with an out-of-vocabulary word are *excluded* (gensim's
 default, ``dummy4unknown=False``) and counted in ``oov_ratio``; results on different
-vocabularies are therefore only comparable together with ``n_found``.
+vocabularies are therefore only comparable together with ``n_found``. A word whose vector is
+all zeros (it never co-occurred) has no direction and counts as out of vocabulary, as in
+``SVDEmbeddings.to_keyed_vectors()``.
 """
 
 from __future__ import annotations
@@ -153,7 +155,8 @@ def evaluate_similarity(vectors, name_or_pairs="wordsim353", lowercase: bool = T
     Parameters
     ----------
     vectors : KeyedVectors | SVDEmbeddings | Mapping[str, array] | (ndarray (n, dim), words)
-        The word vectors. Rows whose word is ``None`` are ignored.
+        The word vectors. Rows whose word is ``None`` and rows that are all zeros are ignored
+        (their words are out of vocabulary).
     name_or_pairs : str | SimilarityDataset | iterable of (word1, word2, score)
         A dataset name (see :func:`load_similarity_dataset`), a loaded dataset, or pairs.
     lowercase : bool, default True
@@ -164,8 +167,8 @@ def evaluate_similarity(vectors, name_or_pairs="wordsim353", lowercase: bool = T
     Returns
     -------
     SimilarityResult(dataset, spearman, pearson, n_pairs, n_found, oov_ratio). Pairs with an
-    out-of-vocabulary word are excluded from the correlations. A zero vector has cosine 0
-    with everything.
+    out-of-vocabulary word (including a word whose vector is all zeros) are excluded from the
+    correlations and counted in ``n_pairs - n_found`` and ``oov_ratio``.
 
     Raises
     ------
@@ -194,9 +197,12 @@ def evaluate_similarity(vectors, name_or_pairs="wordsim353", lowercase: bool = T
 
     matrix, keys = _vocabulary(vectors)
     fold = str.lower if lowercase else (lambda w: w)
+    # an all-zero row has no direction: out of vocabulary, as in SVDEmbeddings.to_keyed_vectors()
+    # (it was scored with a cosine of 0 and counted as found)
+    usable = np.asarray(matrix != 0).any(axis=1) if matrix.size else np.zeros(len(keys), dtype=bool)
     index: dict[str, int] = {}
     for i, key in enumerate(keys):
-        if key is not None:
+        if key is not None and usable[i]:
             index.setdefault(fold(str(key)), i)  # first occurrence wins
 
     i1 = np.fromiter((index.get(fold(w), -1) for w in data.word1), dtype=np.int64, count=len(data))
@@ -206,7 +212,7 @@ def evaluate_similarity(vectors, name_or_pairs="wordsim353", lowercase: bool = T
     if n_found < 2:
         raise ValueError(
             f"Only {n_found} of the {n_pairs} pairs of {data.name!r} have both words in the "
-            "vocabulary; at least 2 are needed for a correlation."
+            "vocabulary (with a non-zero vector); at least 2 are needed for a correlation."
         )
 
     a = np.asarray(matrix[i1[found]], dtype=np.float64)
