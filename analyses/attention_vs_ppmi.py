@@ -33,6 +33,7 @@ from distattn.analysis.sources import build_model, corpus_statistics
 from distattn.atomic import jsonable, write_json
 from distattn.cli import check_data_dir, non_negative_int, output_dir, positive_int, run_script
 from distattn.corpus.registry import check_corpus_options
+from distattn.corpus.vocabulary import UNK
 from distattn.projection import context_matrix, row_normalize
 from distattn.stats import SVDEmbeddings
 
@@ -89,8 +90,9 @@ def main(argv=None) -> int:
     if len(regular) < 2:                         # once "word_ids must be a 1-D integer array of at least 2 ids"
         raise ValueError(f"the corpus has {len(regular)} distinct word ({', '.join(map(repr, regular))}) in its "
                          "vocabulary; the QK-PMI correlation and the kernels need at least 2")
+    unk = words.index(UNK) if UNK in words[:stats.n_specials] else None   # OOV ids read as <unk>, not <pad>
     model = build_model(args.model, n, d_model=args.d_model, n_heads=args.heads, n_layers=args.layers,
-                        random_state=args.seed)
+                        random_state=args.seed, oov_id=unk)
     report = {"corpus": stats.name, "vocab_size": n, "model": args.model}
 
     # 1. circuits ------------------------------------------------------------------------

@@ -218,14 +218,15 @@ def test_torch_adapter_refuses_fractional_token_ids():
     adapter = TorchModelAdapter(TransformerLM(LMConfig(vocab_size=50, d_model=16, n_heads=4, n_layers=1, max_len=8)))
     with pytest.raises(ValueError, match=r"token ids must be whole numbers; got 3\.7"):
         adapter.patterns([3.7, 7.0, 12.0])
+    adapter.oov_id = 1
     np.testing.assert_array_equal(adapter.patterns(np.array([3.0, -1.0, 12.0])), adapter.patterns([3, -1, 12]))
 
 
-@pytest.mark.parametrize("oov_id", [-1, 50, 1.5, None])
+@pytest.mark.parametrize("oov_id", [-1, 50, 1.5])
 def test_torch_adapter_names_a_bad_oov_id(oov_id):
     """An oov_id outside the vocabulary surfaced, at the first OOV word, as "token id 50 is outside [0,
     vocab_size=50); encode out-of-vocabulary words as <unk>": it blamed the caller's token ids (all valid) and
-    pointed to the encoding that oov_id is there to replace; None gave numpy's object-array error."""
+    pointed to the encoding that oov_id is there to replace. (None, the default, is tested below.)"""
     import torch
 
     from distattn.analysis.sources import TorchModelAdapter
@@ -235,3 +236,38 @@ def test_torch_adapter_names_a_bad_oov_id(oov_id):
     with pytest.raises(ValueError, match=rf"oov_id must be an integer in \[0, vocab_size=50\) .*; got {oov_id}"):
         TorchModelAdapter(model, oov_id=oov_id).patterns([3, -1, 12])
     assert TorchModelAdapter(model, oov_id=np.int64(49)).patterns([3, -1, 12]).shape == (1, 4, 3, 3)
+
+
+def test_torch_adapter_without_oov_id_refuses_oov_ids_instead_of_reading_them_as_pad():
+    """The default oov_id=0 read every out-of-vocabulary word as <pad> (id 0; <unk> is 1 in the toolkit's
+    vocabularies), silently: build_model("lm") and so attention_vs_ppmi --model lm on a text corpus did. The
+    model does not know its vocabulary, so without an oov_id an OOV id is refused with a clear message."""
+    import torch
+
+    from distattn.analysis.sources import TorchModelAdapter, build_model
+    from distattn.models import LMConfig, TransformerLM
+    torch.manual_seed(0)
+    model = TransformerLM(LMConfig(vocab_size=50, d_model=16, n_heads=4, n_layers=1, max_len=8))
+    adapter = TorchModelAdapter(model)
+    assert adapter.patterns([3, 7, 12]).shape == (1, 4, 3, 3)          # no OOV id: no oov_id needed
+    with pytest.raises(ValueError, match=r"out-of-vocabulary marker -1 .* no oov_id; pass .*oov_id=vocab\.unk_id"):
+        adapter.patterns([3, -1, 12])
+    np.testing.assert_array_equal(TorchModelAdapter(model, oov_id=1).patterns([3, -1, 12]),
+                                  adapter.patterns([3, 1, 12]))
+    assert build_model("lm", 50, d_model=16, n_heads=4, n_layers=1, max_len=8, oov_id=1).oov_id == 1
+    assert build_model("lm", 50, d_model=16, n_heads=4, n_layers=1, max_len=8).oov_id is None
+
+
+def test_attention_vs_ppmi_lm_reads_oov_words_of_a_text_corpus_as_unk(tmp_path, capsys, monkeypatch):
+    """The script passes the corpus vocabulary's <unk> to the LM adapter (OOV words were read as <pad>)."""
+    from distattn.analysis import sources
+    seen = []
+    build = sources.build_model
+    module = _script("attention_vs_ppmi")
+    monkeypatch.setattr(module, "build_model", lambda *a, **k: seen.append(build(*a, **k)) or seen[-1])
+    (tmp_path / "c.txt").write_text("the river bank flooded zebra\nthe bank loan quokka money\nthe river shore\n")
+    assert module.main(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--vocab-size", "4", "--model", "lm",
+                        "--d-model", "8", "--heads", "2", "--out", str(tmp_path / "out")]) == 0
+    stats = sources.corpus_statistics("text", path=str(tmp_path / "c.txt"), vocab_size=4)
+    assert stats.words[1] == "<unk>" and any((s < 0).any() for s in stats.sequences)
+    assert seen[0].oov_id == 1

@@ -153,18 +153,20 @@ class TorchModelAdapter:
     initialised): ``patterns(ids)`` from its ``hook_pattern`` hook points (layers, heads, R, R),
     ``qk_circuit(layer)`` and ``ov_circuit(layer)`` from ``distattn.models.qk_circuit`` /
     ``ov_circuit`` (factored, read through their ``A``/``B`` factors). Negative (OOV) ids are
-    replaced by ``oov_id``. Patterns are read in evaluation mode (no dropout); the model's mode is
-    restored after."""
+    replaced by ``oov_id``, the vocabulary's ``<unk>`` (``Vocabulary.unk_id``, 1 in the toolkit's
+    vocabularies); with the default ``None`` a sequence with a negative id is refused (the
+    model does not know its vocabulary; the former default 0 read OOV words as ``<pad>``).
+    Patterns are read in evaluation mode (no dropout); the model's mode is restored after."""
 
-    def __init__(self, model, oov_id: int = 0):
+    def __init__(self, model, oov_id: int | None = None):
         vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
-        if isinstance(oov_id, bool) or not isinstance(oov_id, numbers.Integral) or oov_id < 0 \
-                or (vocab_size is not None and oov_id >= vocab_size):
+        if oov_id is not None and (isinstance(oov_id, bool) or not isinstance(oov_id, numbers.Integral)
+                                   or oov_id < 0 or (vocab_size is not None and oov_id >= vocab_size)):
             # it surfaced at the first OOV word as "token id ... is outside", blaming the caller's ids
             raise ValueError(f"oov_id must be an integer in [0, vocab_size={vocab_size}) (the id that negative, "
                              f"out-of-vocabulary ids are read as, e.g. <unk>); got {oov_id!r}")
         self.model = model
-        self.oov_id = int(oov_id)
+        self.oov_id = None if oov_id is None else int(oov_id)
 
     @property
     def n_layers(self) -> int:
@@ -181,9 +183,13 @@ class TorchModelAdapter:
             raise ValueError(f"token ids must be whole numbers; got {float(given[given != ids].flat[0])!r}")
         if ids.ndim != 1:            # wrapped to (1, B, T), it was refused under a shape the caller never passed
             raise ValueError(f"patterns takes one sequence: a 1-D array of token ids; got shape {ids.shape}")
+        if self.oov_id is None and (ids < 0).any():     # once read as id 0, <pad>, not <unk>
+            raise ValueError(f"the token ids hold the out-of-vocabulary marker {int(ids.min())} and the adapter has "
+                             "no oov_id; pass TorchModelAdapter(model, oov_id=vocab.unk_id) to read them as <unk>")
         param = next(self.model.parameters(), None)         # the ids go where the model is (a GPU model too)
-        ids = torch.as_tensor(np.where(ids < 0, self.oov_id, ids))[None].to(param.device if param is not None
-                                                                          else "cpu")
+        if self.oov_id is not None:
+            ids = np.where(ids < 0, self.oov_id, ids)
+        ids = torch.as_tensor(ids)[None].to(param.device if param is not None else "cpu")
         # the library's LM and classifier run every attention layer inside ``trunk``: stopping
         # there skips the unembedding (vocab x d per token), most of an LM's forward cost
         trunk = getattr(self.model, "trunk", None)
@@ -210,9 +216,10 @@ class TorchModelAdapter:
 
 
 def build_model(kind: str, vocab_size: int, *, d_model: int = 32, n_heads: int = 4, n_layers: int = 2,
-                max_len: int = 256, random_state: int = 0):
-    """``"random"``: :class:`RandomAttentionModel`; ``"lm"``: a freshly initialised
-    ``distattn.models.TransformerLM`` (seeded) behind :class:`TorchModelAdapter`."""
+                max_len: int = 256, random_state: int = 0, oov_id: int | None = None):
+    """``"random"``: :class:`RandomAttentionModel` (OOV ids get a zero embedding); ``"lm"``: a
+    freshly initialised ``distattn.models.TransformerLM`` (seeded) behind
+    :class:`TorchModelAdapter`, which reads OOV ids as ``oov_id`` (the vocabulary's ``<unk>``)."""
     if kind == "random":
         return RandomAttentionModel(vocab_size, d_model, n_heads, n_layers, causal=True, random_state=random_state)
     if kind == "lm":
@@ -222,5 +229,5 @@ def build_model(kind: str, vocab_size: int, *, d_model: int = 32, n_heads: int =
         torch.manual_seed(random_state)
         model = TransformerLM(LMConfig(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
                                        max_len=max_len))
-        return TorchModelAdapter(model)
+        return TorchModelAdapter(model, oov_id=oov_id)
     raise ValueError(f"model kind must be 'random' or 'lm', got {kind!r}")
