@@ -170,3 +170,11 @@ def test_an_archive_of_several_gzip_members_is_read_whole(tmp_path, cut):
     two.write_bytes(gzip.compress(image[:cut]) + gzip.compress(image[cut:]))
     assert gzip.decompress(two.read_bytes()) == image
     assert read_imdb_movie_ids(two, splits=("train",)) == ["tt0000007", "tt0000042"]
+
+
+def test_split_order_does_not_change_the_documents_or_their_order(imdb_archive):
+    """The premise of the statistics' cache keys taking the splits in the archive's order: 'unsup+train'
+    reads exactly the documents of 'train+unsup', in the same order."""
+    from distattn.corpus.imdb import read_imdb_archive
+    docs = read_imdb_archive(imdb_archive, ["train", "unsup"])
+    assert len(docs) == 75_000 and docs == read_imdb_archive(imdb_archive, ["unsup", "train"])

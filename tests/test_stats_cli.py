@@ -423,3 +423,30 @@ def test_output_paths_with_a_tilde_name_the_home_directory_they_were_checked_in(
     got = getattr(cli, kind)("~/out/x.json")
     assert Path(got).absolute() == home / "out" / "x.json"
     assert getattr(cli, kind)(str(work / "y")) == str(work / "y")      # other paths come back as given
+
+
+def test_imdb_split_order_gives_one_cache_key_and_the_default_keys_are_unchanged():
+    """'unsup+train' read the same documents in the same order as 'train+unsup' (the archive's order),
+    but tokenized and counted them under second cache keys. The keys now take the archive's order; the
+    defaults were already in it, so their keys are those the previous code computed (hard-coded here)."""
+    from distattn.corpus import ImdbCorpus, Vocabulary
+
+    def fingerprint(split):
+        corpus = ImdbCorpus(split, download=False, progress=False)
+        corpus._sha = "0" * 64                       # the archive's hash, not read here
+        return corpus.fingerprint()
+
+    assert fingerprint("unsup+train") == fingerprint("train+unsup") == fingerprint(["unsup", "train", "unsup"]) \
+        == {"corpus": "imdb", "splits": ["train", "unsup"], "archive_sha256": "0" * 64}
+    assert fingerprint("train+test+unsup")["splits"] == fingerprint("unsup+test+train")["splits"] \
+        == ["train", "test", "unsup"]
+    from distattn.stats.pipeline import _counts_key
+    vocab = Vocabulary.from_counts(["river", "bank", "loan"], [3, 2, 1])
+
+    def key(split):
+        source = {"fingerprint": fingerprint(split or "train+test+unsup")}
+        return _counts_key(StatsConfig(split=split), source, vocab)
+
+    assert key(None) == key("train+test+unsup") == key("unsup+test+train") == "b49b1d33d7f03fa8"
+    assert key("train+unsup") == key("unsup+train") == "b3343b48d81cb033"
+    assert key("train") != key("train+unsup")

@@ -218,6 +218,15 @@ def read_imdb_movie_ids(path: str | os.PathLike, splits: Sequence[str] = SPLITS)
     return out
 
 
+def canonical_split(split: str | Sequence[str]) -> str:
+    """``"unsup+train"`` -> ``"train+unsup"``: the splits in the archive's order (:data:`SPLITS`),
+    each once. :func:`read_imdb_archive` returns the same documents in the same order however the
+    splits are listed, so the cache keys use this form (``"train+unsup"`` and
+    ``"train+test+unsup"`` are already in it)."""
+    wanted = parse_splits(split)
+    return "+".join(s for s in SPLITS if s in wanted)
+
+
 class ImdbCorpus(Corpus):
     """IMDB reviews of one or more splits (``"train"``, ``"test"``, ``"unsup"``; combine with
     ``+``). Labels: 1 positive, 0 negative, -1 unlabelled; ratings from the file names."""
@@ -251,7 +260,8 @@ class ImdbCorpus(Corpus):
     def fingerprint(self) -> dict:
         if self._sha is None:
             self._sha = sha256_file(self.path)
-        return {"corpus": "imdb", "splits": self.splits, "archive_sha256": self._sha}
+        # the archive's order: "unsup+train" tokenized the same documents under a second cache key
+        return {"corpus": "imdb", "splits": canonical_split(self.splits).split("+"), "archive_sha256": self._sha}
 
     def __iter__(self) -> Iterator[Document]:
         yield from read_imdb_archive(self.path, self.splits)

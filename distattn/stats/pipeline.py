@@ -23,6 +23,7 @@ import scipy.sparse as sp
 
 from distattn.atomic import atomic_path, config_hash
 from distattn.corpus import Vocabulary, get_corpus, sha256_file, tokenize_corpus
+from distattn.corpus.imdb import canonical_split
 from distattn.corpus.registry import check_corpus_options
 from distattn.paths import cache_dir
 from distattn.stats.cooccurrence import OOV_MODES, WEIGHTINGS, cooccurrence
@@ -155,6 +156,18 @@ def _check_svd_dim(svd_dim: int, n_words: int) -> None:
                          f"or fewer dimensions than words (at most {n_words - 1})")
 
 
+def _counts_key(config: StatsConfig, source: dict, vocab: Vocabulary) -> str:
+    """The co-occurrence cache key of ``config`` on the tokens from ``source``."""
+    split = config.split or ""   # a text corpus has no split: "" as the command line gave it, which keeps its counts
+    if config.corpus == "imdb" and split:
+        # the same documents in the same order however the splits are listed: "unsup+train" was a second
+        # key for "train+unsup"'s counts (the defaults are in this form already, their keys unchanged)
+        split = canonical_split(split)
+    return config_hash({"tokens": source, "split": split, "vocab": vocab.fingerprint(),
+                        "window": config.window, "weighting": config.weighting, "symmetric": config.symmetric,
+                        "oov": config.oov, "format": 1})
+
+
 def build_statistics(config: StatsConfig, cache: bool = True, progress: bool = True,
                      n_jobs: int | None = None) -> Statistics:
     """Run the pipeline for ``config``, reusing cached artifacts."""
@@ -182,10 +195,7 @@ def build_statistics(config: StatsConfig, cache: bool = True, progress: bool = T
         timings["vocabulary"] = time.perf_counter() - t
         _check_svd_dim(config.svd_dim, len(vocab))     # it failed in the SVD, after the counting
         n_docs, n_tokens = len(tc), tc.n_tokens
-        # a text corpus has no split: "" as the command line gave it, which keeps its cached counts
-        key = config_hash({"tokens": tc.source, "split": config.split or "", "vocab": vocab.fingerprint(),
-                           "window": config.window, "weighting": config.weighting, "symmetric": config.symmetric,
-                           "oov": config.oov, "format": 1})
+        key = _counts_key(config, tc.source, vocab)
         entry = cache_dir() / "stats" / f"cooc-{key}.npz"
         t = time.perf_counter()
         S = None
