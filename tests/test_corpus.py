@@ -680,6 +680,88 @@ def test_a_rewritten_text_corpus_with_its_mtime_restored_is_not_served_from_the_
     assert tokenize_corpus(get_corpus("text", path=path), cache=tmp_path / "cache").types == ["gamma", "zeta"]
 
 
+@pytest.mark.parametrize("layout", ["txt", "dir"])
+def test_a_text_corpus_rewritten_within_the_timestamp_granularity_is_not_served_from_the_cache(
+        tmp_path, monkeypatch, layout):
+    """The fingerprint was (size, mtime, ctime), taken at once: on a file system with 2 s timestamps
+    (FAT) a rewrite of the same size right after the first tokenization left all three as they were,
+    and the stale cached tokens were served. Simulated: a clock that only sleep() moves, and a
+    stat() that stamps each new content with that clock truncated to 2 s."""
+    import os
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from distattn.corpus import text
+    clock = [1_700_000_000_500_000_000]                      # 0.5 s into a 2 s slot
+    monkeypatch.setattr(text, "time", raising=False, value=SimpleNamespace(time_ns=lambda: clock[0],
+                                                      sleep=lambda s: clock.__setitem__(0, clock[0] + int(s * 1e9))))
+    path = tmp_path / ("c.txt" if layout == "txt" else "docs")
+    if layout == "dir":
+        path.mkdir()
+    file = path if layout == "txt" else path / "a.txt"
+    real_stat, seen = Path.stat, {}
+
+    def fat_stat(self, *args, **kwargs):
+        st = real_stat(self, *args, **kwargs)
+        if self != file:
+            return st
+        content = self.read_bytes()
+        if seen.get("content") != content:
+            seen.update(content=content, stamp=clock[0] // 2_000_000_000 * 2_000_000_000)
+        times = dict(st_atime_ns=seen["stamp"], st_mtime_ns=seen["stamp"], st_ctime_ns=seen["stamp"],
+                     st_atime=seen["stamp"] / 1e9, st_mtime=seen["stamp"] / 1e9, st_ctime=seen["stamp"] / 1e9)
+        return os.stat_result(tuple(st)[:7] + (seen["stamp"] // 10**9,) * 3, times)
+    monkeypatch.setattr(Path, "stat", fat_stat)
+    file.write_text("alpha beta\n", encoding="utf-8")
+    first = tokenize_corpus(get_corpus("text", path=path), cache=tmp_path / "cache")
+    assert first.types == ["alpha", "beta"]
+    file.write_text("gamma zeta\n", encoding="utf-8")                     # same size, as soon as it could
+    assert tokenize_corpus(get_corpus("text", path=path), cache=tmp_path / "cache").types == ["gamma", "zeta"]
+
+
+@pytest.mark.parametrize("layout", ["txt", "dir"])
+def test_the_fingerprint_of_a_text_corpus_is_the_same_just_written_and_settled(tmp_path, monkeypatch, layout):
+    """A file just written is waited for, not hashed into the key: its fingerprint is the one it has
+    later (a second compare run reuses every stage), and the one settled files always had, byte for
+    byte (name, size, mtime_ns, ctime_ns), so existing cache entries stay valid."""
+    import time
+    from types import SimpleNamespace
+
+    from distattn.atomic import config_hash
+    from distattn.corpus import text
+    path = tmp_path / ("c.txt" if layout == "txt" else "docs")
+    if layout == "dir":
+        path.mkdir()
+    file = path if layout == "txt" else path / "a.txt"
+    file.write_text("alpha beta\n", encoding="utf-8")
+    fresh = TextCorpus(path).fingerprint()
+    st = file.stat()
+    later = time.time_ns() + 60 * 10**9
+    monkeypatch.setattr(text, "time", raising=False, value=SimpleNamespace(time_ns=lambda: later,
+                                                      sleep=lambda s: pytest.fail("a settled file was waited for")))
+    settled = TextCorpus(path).fingerprint()
+    before = {"corpus": "text", "reader": 2, "path": str(path.resolve()), "kind": layout,
+              "files": [("a.txt" if layout == "dir" else "c.txt", st.st_size, st.st_mtime_ns, st.st_ctime_ns)]}
+    assert fresh == settled == before
+    assert config_hash(settled) == config_hash(before)
+
+
+def test_a_text_corpus_stamped_in_the_future_is_hashed_not_waited_for(tmp_path, monkeypatch):
+    """A file whose mtime is ahead of the clock (an archive from a machine whose clock is ahead) stays
+    racy for longer than is worth waiting: its content goes into the fingerprint instead."""
+    import hashlib
+    import os
+    import time
+
+    from distattn.corpus import text
+    file = tmp_path / "c.txt"
+    file.write_text("alpha beta\n", encoding="utf-8")
+    os.utime(file, ns=(time.time_ns(), time.time_ns() + 3600 * 10**9))
+    monkeypatch.setattr(text.time, "sleep", lambda s: pytest.fail(f"waited {s} s"))
+    entry = TextCorpus(file).fingerprint()["files"][0]
+    assert entry[4] == hashlib.sha256(b"alpha beta\n").hexdigest()
+
+
 def test_an_unwritable_tokenize_cache_is_refused_before_the_corpus_is_read(tmp_path):
     """cache= a path that cannot be a directory raised a bare FileExistsError naming the file, and
     only after the whole corpus had been tokenized."""

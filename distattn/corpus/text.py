@@ -18,11 +18,20 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Iterator
 
 from distattn.corpus.documents import NO_LABEL, Corpus, Document, check_split
+from distattn.corpus.download import sha256_file
+
+# a file whose timestamps are this close to now is "racily clean" (git's term): a rewrite of the same
+# size within the file system's timestamp granularity would leave size, mtime and ctime as they are.
+# Whole-second timestamps: a 1 s or 2 s file system (FAT, HFS+, ext3); else a clock tick (ext4 and
+# tmpfs before Linux 6.13 stamp with the kernel's coarse clock, a tick of 1 to 10 ms), with a margin
+RACY_NS_COARSE = 2_050_000_000
+RACY_NS_FINE = 20_000_000
 
 SUPPORTED = (".txt file (one document per line)", "directory of .txt files", ".jsonl file with a 'text' field")
 
@@ -77,7 +86,7 @@ class TextCorpus(Corpus):
         files = self.files()
         # size and mtime alone missed a rewrite whose mtime was restored (cp -p, rsync -t, tar,
         # os.utime); the change time cannot be set back, and any write or utime moves it
-        stats = [p.stat() for p in files]
+        stats, racy = _settled_stats(files)
         # reader 2: a leading UTF-8 byte-order mark is dropped (it was read as part of the first
         # word), so tokens cached by reader 1 are not reused; reader 3 (.jsonl): a null 'split' is
         # 'all', no longer 'None'; reader 4 (.jsonl): a key given twice is refused (the last one was kept)
@@ -85,7 +94,8 @@ class TextCorpus(Corpus):
                 # "bom": a leading U+FEFF is dropped in every encoding (utf-16-le/-be and utf-32-le/-be kept it)
                 **({} if self.encoding == "utf-8" else {"encoding": self.encoding, "line_end": "lf", "bom": "dropped"}),
                 "files": [(str(p.relative_to(self.path)) if self.kind == "dir" else p.name,
-                           st.st_size, st.st_mtime_ns, st.st_ctime_ns) for p, st in zip(files, stats)]}
+                           st.st_size, st.st_mtime_ns, st.st_ctime_ns) + ((sha256_file(p),) if r else ())
+                          for p, st, r in zip(files, stats, racy)]}
 
     def __iter__(self) -> Iterator[Document]:
         if self.kind == "dir":
@@ -210,6 +220,29 @@ class _Object(dict):
             seen: set = set()
             obj.duplicates = tuple(k for k, _ in pairs if k in seen or seen.add(k))
         return obj
+
+
+def _settled_stats(files: list[Path]) -> tuple[list[os.stat_result], list[bool]]:
+    """The files' stats, taken once no file was changed within its timestamp granularity, so that a
+    later rewrite of the same size moves a timestamp: a fingerprint taken while a file was still
+    racy kept its key after such a rewrite, and the stale cache was served. A file just written is
+    waited for (at most ``RACY_NS_COARSE``) rather than hashed: a hash in the key would change it
+    once the file settles, and every stage cached on it would be rebuilt. One still racy after the
+    wait (written meanwhile, or stamped in the future) is marked, for hashing."""
+    stats = [p.stat() for p in files]
+    waits = [_racy_ns(st) for st in stats]
+    if 0 < max(waits, default=0) <= RACY_NS_COARSE:
+        time.sleep(max(waits) / 1e9)
+        for i in [i for i, w in enumerate(waits) if w > 0]:
+            stats[i] = files[i].stat()
+            waits[i] = _racy_ns(stats[i])
+    return stats, [w > 0 for w in waits]
+
+
+def _racy_ns(st: os.stat_result) -> int:
+    """Nanoseconds until a change of the file would get other timestamps than ``st``'s (<= 0: now)."""
+    coarse = st.st_mtime_ns % 10**9 == 0 and st.st_ctime_ns % 10**9 == 0
+    return max(st.st_mtime_ns, st.st_ctime_ns) + (RACY_NS_COARSE if coarse else RACY_NS_FINE) - time.time_ns()
 
 
 def _walk(root: Path) -> Iterator[Path]:
