@@ -118,7 +118,9 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
     """/ranged* honour ``Range: bytes=N-``, /plain ignores it, /badrange answers 206 with a range
     that starts at 0 whatever was asked, /shortlen a 206 whose Content-Length is half its
     Content-Range, /first100 and /wrong206 answer a request without Range with a 206 of 100 bytes
-    (from byte 0 and from byte 100). ``cut[path] = K`` cuts the next response after K bytes."""
+    (from byte 0 and from byte 100). ``cut[path] = K`` cuts the next response after K bytes. Every
+    200 and 206 has a Last-Modified (which lets a partial file be resumed without a sha256), except
+    on /unvalidated."""
     served = []   # (path, Range header, body bytes the response holds), one per request
     cut = {}
     version = 1
@@ -129,7 +131,7 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         body = OTHER if self.path == "/ranged-other" else PAYLOAD
-        if self.path == "/changing":       # ETag "v<version>", If-Range ignored; version 2 serves OTHER
+        if self.path in ("/changing", "/unvalidated"):   # version 2 serves OTHER
             body = PAYLOAD if self.version == 1 else OTHER
         rng = self.headers.get("Range")
         start = 0
@@ -157,6 +159,8 @@ class RangeHandler(http.server.BaseHTTPRequestHandler):
             self.send_response(200)
         if self.path == "/changing":
             self.send_header("ETag", f'"v{self.version}"')
+        if self.path != "/unvalidated":
+            self.send_header("Last-Modified", "Wed, 21 Oct 2015 07:28:00 GMT")
         chunk = body[start:]
         if rng and self.path == "/shortlen":   # Content-Length shorter than its Content-Range says
             chunk = chunk[: len(chunk) // 2]
@@ -365,3 +369,19 @@ def test_a_changed_file_is_not_spliced_when_the_server_ignores_if_range(rserver,
     assert out.read_bytes() == OTHER
     assert [r[:2] for r in RangeHandler.served] == [("/changing", "bytes=300000-"), ("/changing", None)]
 
+
+
+def test_a_changed_file_is_not_spliced_when_the_server_sends_no_validator(rserver, tmp_path):
+    # without ETag or Last-Modified (and no sha256) the partial was resumed on the length alone: the
+    # start of one file got the rest of another file of the same length, and no check saw it
+    interrupt(rserver + "/unvalidated", tmp_path / "f.bin", 300_000)
+    RangeHandler.version = 2
+    out = download(rserver + "/unvalidated", tmp_path / "f.bin", size=len(OTHER), progress=False)
+    assert out.read_bytes() == OTHER and leftovers(tmp_path) == ["f.bin"]
+    assert RangeHandler.served == [("/unvalidated", None, len(OTHER))]
+    # with a sha256 a splice cannot go unnoticed: the partial is resumed
+    interrupt(rserver + "/unvalidated", tmp_path / "again" / "f.bin", 300_000)
+    out = download(rserver + "/unvalidated", tmp_path / "again" / "f.bin",
+                   sha256=hashlib.sha256(OTHER).hexdigest(), progress=False)
+    assert out.read_bytes() == OTHER
+    assert RangeHandler.served == [("/unvalidated", "bytes=300000-", len(OTHER) - 300_000)]

@@ -107,6 +107,8 @@ def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = N
     ``.part.json`` (the URL, the server's ``ETag``/``Last-Modified`` and length); the next call
     with the same URL and ``dest`` asks for the rest (``Range: bytes=N-``, with ``If-Range``) and
     appends it if the server answers 206 with a matching ``Content-Range``. It starts again from
+    byte 0 without asking for the rest if the server sent neither ``ETag`` nor ``Last-Modified`` and
+    no ``sha256`` is given (nothing would tell a changed file of the same length); from
     byte 0 if the server answers 200 (no range support, or the file changed), a 206 whose
     ``ETag`` (or ``Last-Modified``) differs from the first response's, 416, or a
     ``Content-Range`` that does not match, and if the partial file came from another URL; a 416
@@ -162,7 +164,7 @@ def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = N
         if out is None:                 # completed by the process we waited for
             return dest
         try:
-            h, n = _fetch(url, out, meta, dest.name, progress, timeout)
+            h, n = _fetch(url, out, meta, dest.name, progress, timeout, checked=sha_ok is not None)
         except BaseException:
             if os.fstat(out.fileno()).st_size == 0:     # nothing arrived: nothing to resume
                 _discard(part, meta)
@@ -179,13 +181,16 @@ def download(url: str, dest: str | os.PathLike, sha256: Iterable[str] | None = N
     return dest
 
 
-def _fetch(url: str, out, meta: Path, name: str, progress: bool, timeout: float):
-    """Fill the locked partial file ``out`` with the whole body of ``url``, resuming what it holds.
-    Returns (sha256 object over the whole file, its length)."""
+def _fetch(url: str, out, meta: Path, name: str, progress: bool, timeout: float, checked: bool = False):
+    """Fill the locked partial file ``out`` with the whole body of ``url``, resuming what it holds
+    where the server gave a validator (``ETag``, ``Last-Modified``) or ``checked`` (a sha256 will be
+    compared). Returns (sha256 object over the whole file, its length)."""
     offset = out.seek(0, os.SEEK_END)
     state = _read_state(meta) if offset else {}
     if offset and state.get("url") != url:
         offset = 0                      # a partial from another URL (or of unknown origin)
+    elif offset and not (state.get("etag") or state.get("last_modified") or checked):
+        offset = 0                      # nothing would tell a changed file of the same length: no splice
     while True:
         headers = {}
         if offset:
