@@ -144,3 +144,18 @@ def test_local_options_with_backend_dask_are_refused(client, kw):
     name = next(iter(kw))
     with pytest.raises(ValueError, match=rf"{name}= is not used with backend='dask'; got {name}={kw[name]}"):
         cooccurrence([[0, 1]], 2, window=1, backend="dask", client=client, **kw)
+
+
+def test_dask_memory_check_does_not_charge_the_client_cpus_threads(client, monkeypatch):
+    """The memory check ran with the client machine's os.cpu_count() counting threads (24 bytes
+    a vocabulary entry each), though no thread counts on the client and each task counts on one
+    worker thread: a count that fits was refused on a many-core client."""
+    import os
+
+    from distattn.memory import MemoryBudgetError
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    docs = [[0, 1, 2, 1, 0]]
+    S = cooccurrence(docs, 100_000, window=2, backend="dask", client=client, max_memory=32 << 20)
+    assert (S != cooccurrence(docs, 100_000, window=2, n_jobs=1)).nnz == 0
+    with pytest.raises(MemoryBudgetError, match="would need about"):     # a budget it does not fit is still refused
+        cooccurrence(docs, 100_000, window=2, backend="dask", client=client, max_memory=1 << 20)

@@ -167,7 +167,10 @@ def cooccurrence(docs, vocab_size: int | None = None, *, window: int = 5, weight
     if len(in_vocab) == 0:
         raise EmptyCorpusError(f"the corpus has {len(ragged)} documents but no in-vocabulary tokens "
                                "(all documents are empty or out of vocabulary)")
-    estimate_memory(in_vocab, len(ragged), vocab_size, window, symmetric, per_offset, max_memory, n_jobs)
+    # dask: no thread counts here and each task counts on one worker thread (the client's CPU count
+    # charged its threads' scratch, and refused counts that fit)
+    estimate_memory(in_vocab, len(ragged), vocab_size, window, symmetric, per_offset, max_memory,
+                    1 if backend == "dask" else n_jobs)
     exact = _integer_sums_exact(in_vocab, window, weighting, symmetric)
     del in_vocab
     groups = split_documents(ragged, chunk_tokens)
