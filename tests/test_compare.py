@@ -735,3 +735,16 @@ def test_max_docs_above_every_set_is_the_same_run_as_none(tmp_path):
         got, want = getattr(capped, part), getattr(uncapped, part)
         assert np.array_equal(got.offsets, want.offsets) and np.array_equal(got.ids, want.ids), part
     assert capped.key == uncapped.key
+
+
+def test_config_json_records_the_command_main_was_given_not_the_processs(tmp_path, capsys):
+    """main(argv) parses argv, but config.json's "command" (and the report's "Command:") was built
+    from sys.argv: called from Python (a notebook, a script, this test) it named the host process's
+    command (here pytest's), not the compare run's options."""
+    args = ["--corpus", "paper", "--out", str(tmp_path / "my runs"), "-q"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    run_dir = next((tmp_path / "my runs").iterdir())
+    command = f"python -m distattn.compare --corpus paper --out '{tmp_path / 'my runs'}' -q"
+    assert json.loads((run_dir / "config.json").read_text())["command"] == command
+    assert f"Command: <code>{command.replace(chr(39), '&#x27;')}</code>" in (run_dir / "report.html").read_text()

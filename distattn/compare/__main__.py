@@ -44,10 +44,12 @@ def main(argv=None) -> int:
     cfg = CompareConfig(corpus=args.corpus, path=args.path, data_dir=args.data_dir, profile=args.profile,
                         out=args.out, seed=args.seed, device=args.device, max_docs=args.max_docs,
                         train_models=not args.no_models)
-    from distattn.compare.run import OutputDirError, run
+    from distattn.compare.run import OutputDirError, command_line, run
+    # the arguments parsed, not sys.argv: main(argv) called from Python has its host's sys.argv
+    command = command_line(sys.argv if argv is None else [__file__, *argv])
     try:
         cfg.validate()
-        run_dir = run(cfg, cache=not args.no_cache, progress=not args.quiet)
+        run_dir = run(cfg, cache=not args.no_cache, progress=not args.quiet, command=command)
     except KeyboardInterrupt:
         if args.no_cache:           # --no-cache neither reads the cache nor resumes: the same command starts over
             print("interrupted: with --no-cache the same command recomputes every stage from the start; run it "

@@ -52,7 +52,8 @@ def make_run_dir(out: str, corpus: str) -> Path:
     return run_dir
 
 
-def environment(cfg: CompareConfig, profile: str, sizes, device) -> dict:
+def environment(cfg: CompareConfig, profile: str, sizes, device, command: str | None = None) -> dict:
+    """What config.json records; ``command``: the command line of the run (default: this process's)."""
     import dataclasses
 
     import networkx
@@ -76,7 +77,7 @@ def environment(cfg: CompareConfig, profile: str, sizes, device) -> dict:
              if (v := getattr(cfg, k)) is not None}
     return {"config": dataclasses.asdict(cfg), "resolved_paths": paths, "profile": profile,
             "sizes": dataclasses.asdict(sizes), "device": str(device), "seed": cfg.seed, "versions": versions, "git_hash": git_hash,
-            "command": command_line(sys.argv), "started": datetime.now().isoformat(timespec="seconds")}
+            "command": command_line(sys.argv) if command is None else command, "started": datetime.now().isoformat(timespec="seconds")}
 
 
 def command_line(argv: list[str]) -> str:
@@ -97,8 +98,9 @@ def _stage(name, timings, fn, *args, **kwargs):
     return out
 
 
-def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
-    """Run the whole study; returns the run directory."""
+def run(cfg: CompareConfig, cache: bool = True, progress: bool = True, command: str | None = None) -> Path:
+    """Run the whole study; returns the run directory. ``command``: the command line config.json and
+    the report name (default: this process's, ``sys.argv``)."""
     from distattn.train import pick_device
     cfg.validate()
     profile = cfg.resolved_profile()
@@ -123,7 +125,7 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
         remove_empty_dirs(fresh)
         raise
     try:
-        return _study(cfg, run_dir, profile, sizes, device, cache, progress)
+        return _study(cfg, run_dir, profile, sizes, device, cache, progress, command)
     except BaseException:
         # a run that fails or is interrupted leaves no half-filled run directory behind (nor an --out
         # it created for it); the stages it finished stay in the cache and training resumes from its
@@ -134,8 +136,9 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True) -> Path:
         raise
 
 
-def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache: bool, progress: bool) -> Path:
-    env = environment(cfg, profile, sizes, device)
+def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache: bool, progress: bool,
+           command: str | None = None) -> Path:
+    env = environment(cfg, profile, sizes, device, command)
     write_json(run_dir / "config.json", env)
     timings: dict = {}
     t0 = time.perf_counter()
