@@ -748,3 +748,29 @@ def test_config_json_records_the_command_main_was_given_not_the_processs(tmp_pat
     command = f"python -m distattn.compare --corpus paper --out '{tmp_path / 'my runs'}' -q"
     assert json.loads((run_dir / "config.json").read_text())["command"] == command
     assert f"Command: <code>{command.replace(chr(39), '&#x27;')}</code>" in (run_dir / "report.html").read_text()
+
+
+def test_git_hash_is_recorded_only_for_a_distattn_checkout(tmp_path, monkeypatch):
+    """config.json's git_hash came from `git rev-parse HEAD` run in the package's directory: distattn
+    installed (not editable) into a virtual environment inside another project's repository got that
+    project's HEAD recorded (and shown in the report) as the code the run used."""
+    import distattn
+    from distattn.compare.config import CompareConfig
+    from distattn.compare.run import environment
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    project = tmp_path / "project"
+    site = project / ".venv" / "lib" / "python3" / "site-packages" / "distattn"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    (project / ".gitignore").write_text(".venv/\n")
+    subprocess.run([*git, "init", "-q"], cwd=project, check=True)
+    subprocess.run([*git, "add", ".gitignore"], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-qm", "a project"], cwd=project, check=True)
+    cfg = CompareConfig(corpus="paper").validate()
+    monkeypatch.setattr(distattn, "__file__", str(site / "__init__.py"))
+    assert environment(cfg, "quick", cfg.sizes(), "cpu")["git_hash"] is None
+    # a checkout whose distattn/ is tracked: its HEAD
+    subprocess.run([*git, "add", "-f", ".venv"], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-qm", "vendored"], cwd=project, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True).stdout.strip()
+    assert environment(cfg, "quick", cfg.sizes(), "cpu")["git_hash"] == head

@@ -66,9 +66,13 @@ def environment(cfg: CompareConfig, profile: str, sizes, device, command: str | 
                 "scipy": scipy.__version__, "scikit-learn": sklearn.__version__, "torch": torch.__version__,
                 "networkx": networkx.__version__}
     try:
-        git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(distattn.__file__).parent, capture_output=True,
-                             text=True, timeout=5)
-        git_hash = git.stdout.strip() if git.returncode == 0 else None
+        pkg = Path(distattn.__file__).parent
+        git = subprocess.run(["git", "rev-parse", "HEAD"], cwd=pkg, capture_output=True, text=True, timeout=5)
+        # only when this package is tracked there: an installed copy inside another project's repository
+        # (its .venv) is not that project's HEAD
+        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "--", Path(distattn.__file__).name], cwd=pkg,
+                                 capture_output=True, text=True, timeout=5)
+        git_hash = git.stdout.strip() if git.returncode == 0 and tracked.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         git_hash = None
     # the options as given, and the paths they name made absolute, so that config.json still says
