@@ -109,6 +109,29 @@ def test_graphml_refuses_two_nodes_that_would_share_an_id(tmp_path, a, b):
         write_graphml(G, tmp_path / "clash.graphml")
     assert not (tmp_path / "clash.graphml").exists()
 
+
+def test_graphml_round_trips_xml_special_and_non_ascii_labels(tmp_path):
+    toks = ["<unk>", "a&b", "don't", '"q"', "über", "日本", ""]
+    A = _attention((7, 7))
+    G = attention_graph(A, tokens=toks)
+    write_graphml(G, tmp_path / "att.graphml")
+    H = nx.read_graphml(tmp_path / "att.graphml", node_type=int)
+    assert [H.nodes[k]["token"] for k in range(7)] == toks
+    assert {e: d["weight"] for e, d in H.edges.items()} == {e: d["weight"] for e, d in G.edges.items()}
+
+
+@pytest.mark.parametrize("token", ["a\x00b", "tab\x0bstop", "\ufffe", "\ud800"])
+def test_graphml_refuses_a_label_xml_cannot_hold(tmp_path, token):
+    # networkx's ElementTree writer wrote it as is: a file that read_graphml (any XML parser) refuses
+    G = attention_graph(np.eye(2), tokens=["ok", token])
+    with pytest.raises(ValueError, match=r"node 1's 'token' .* cannot be stored in GraphML"):
+        write_graphml(G, tmp_path / "bad.graphml")
+    assert not (tmp_path / "bad.graphml").exists()
+    H = nx.DiGraph()
+    H.add_edge("ok", token)
+    with pytest.raises(ValueError, match=r"node .* cannot be stored in GraphML"):
+        write_graphml(H, tmp_path / "bad.graphml")
+
 # --------------------------------------------------------------------------- PPMI sense communities
 
 WORDS = ["bank", "river", "water", "shore", "flood", "loan", "money", "deposit", "credit", "the", "of"]

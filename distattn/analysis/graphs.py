@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,11 +122,24 @@ def graph_metrics(attention, tokens=None, damping: float = 0.85) -> dict:
             "row_entropy": row_entropy(attention), "spectral_gap": spectral_gap(attention)}
 
 
+# characters XML 1.0 has no way to write (not even as &#n;): networkx's ElementTree writer put them in
+# as they are, and every XML parser, read_graphml's included, refuses the file
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(s: str, what: str) -> str:
+    bad = _NOT_XML.search(s)
+    if bad:
+        raise ValueError(f"{what} {s!r} holds the character {bad.group()!r}, which cannot be stored in GraphML "
+                         "(XML 1.0); replace it first")
+    return s
+
+
 def _graphml_safe(G):
     """Copy with plain Python attribute values (GraphML cannot store numpy scalars, tuples or None)."""
     import networkx as nx
 
-    def clean(d):
+    def clean(d, where):
         out = {}
         for k, v in d.items():
             if v is None:
@@ -134,6 +148,8 @@ def _graphml_safe(G):
                 v = v.item()
             if not isinstance(v, (str, int, float, bool)):
                 v = str(v)
+            if isinstance(v, str):
+                _xml_text(v, f"{where}'s {k!r}")
             out[k] = v
         return out
 
@@ -141,7 +157,7 @@ def _graphml_safe(G):
         H = nx.MultiDiGraph() if G.is_directed() else nx.MultiGraph()
     else:
         H = nx.DiGraph() if G.is_directed() else nx.Graph()
-    H.graph.update(clean(G.graph))
+    H.graph.update(clean(G.graph, "the graph"))
     names = {n: (n if isinstance(n, (str, int)) else "_".join(map(str, n)) if isinstance(n, tuple) else str(n))
              for n in G.nodes}
     seen = {}
@@ -150,17 +166,21 @@ def _graphml_safe(G):
             raise ValueError(f"nodes {seen[str(name)]!r} and {n!r} would both be written as GraphML id "
                              f"{str(name)!r}; rename one of them")
         seen[str(name)] = n
-    H.add_nodes_from((names[n], clean(d)) for n, d in G.nodes(data=True))
+        _xml_text(str(name), "node")
+    H.add_nodes_from((names[n], clean(d, f"node {n!r}")) for n, d in G.nodes(data=True))
     if G.is_multigraph():
-        H.add_edges_from((names[a], names[b], k, clean(d)) for a, b, k, d in G.edges(keys=True, data=True))
+        H.add_edges_from((names[a], names[b], k, clean(d, f"edge {a!r} -> {b!r}"))
+                         for a, b, k, d in G.edges(keys=True, data=True))
     else:
-        H.add_edges_from((names[a], names[b], clean(d)) for a, b, d in G.edges(data=True))
+        H.add_edges_from((names[a], names[b], clean(d, f"edge {a!r} -> {b!r}")) for a, b, d in G.edges(data=True))
     return H
 
 
 def write_graphml(G, path: str | os.PathLike) -> None:
     """Write ``G`` as GraphML atomically (temporary file, then rename). Tuple node names such as
-    ``(layer, position)`` become ``"layer_position"``; numpy scalars become Python numbers."""
+    ``(layer, position)`` become ``"layer_position"``; numpy scalars become Python numbers. A name or
+    string value with a character XML 1.0 cannot hold (a control character such as ``"\\x00"``) is
+    refused with ``ValueError``."""
     import networkx as nx
 
     with atomic_path(path, suffix=".graphml") as tmp:
