@@ -774,3 +774,27 @@ def test_git_hash_is_recorded_only_for_a_distattn_checkout(tmp_path, monkeypatch
     subprocess.run([*git, "commit", "-qm", "vendored"], cwd=project, check=True)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True).stdout.strip()
     assert environment(cfg, "quick", cfg.sizes(), "cpu")["git_hash"] == head
+
+
+@pytest.mark.parametrize("damaged", ["stats-*/S.npz", "stats-*/embeddings.npy", "stats-*/done.json",
+                                     "projection-*/rows.json", "analysis-*/analysis.json"])
+def test_a_damaged_stage_cache_entry_is_recomputed(tmp_path, capsys, caplog, monkeypatch, damaged):
+    """A stage entry cut short on disk (a crash before its data reached the disk, under an older version
+    without fsync) failed every later run: a zipfile.BadZipFile traceback, or "error: Unterminated
+    string starting at: line 1 column 94", naming no file."""
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=40)
+    args = ["--corpus", "text", "--path", str(corpus), "--profile", "quick", "--no-models", "-q", "--device", "cpu"]
+    code, out, err = run_cli(args + ["--out", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    (entry,) = (tmp_path / "cache" / "compare").glob(damaged)
+    entry.write_bytes(entry.read_bytes()[:len(entry.read_bytes()) // 2])
+    code, out, err = run_cli(args + ["--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+    assert f"ignoring damaged cache entry {entry.parent}" in caplog.text
+    first, second = (json.loads((next((tmp_path / d).iterdir()) / "metrics.json").read_text()) for d in "ab")
+    rows = lambda m: [{k: v for k, v in r.items() if k != "seconds"} for r in m["next_token"]]
+    assert rows(second) == rows(first) and second["analysis"]["spectra"] == first["analysis"]["spectra"]
+    caplog.clear()
+    code, out, err = run_cli(args + ["--out", str(tmp_path / "c")], capsys)      # the entry was written again
+    assert code == 0 and "damaged" not in caplog.text

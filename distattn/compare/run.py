@@ -265,7 +265,7 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
     import dataclasses
 
     from distattn.atomic import atomic_dir
-    from distattn.compare.stages import stage_dir
+    from distattn.compare.stages import load_entry, stage_dir
     # "version" 2: the directional factors and the alignment basis come from the spectra's SVDs;
     # 3: the PPMI and directional-PPMI spectra come from the statistics stage's SVDs; 4: the seed's
     # IMDB example reviews are drawn for IMDB only; 5: the CKA figure's title names a text corpus's documents;
@@ -275,16 +275,20 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
                                   "models": {n: m.checkpoint.parent.name for n, m in models.items()}})
     if not cache:               # recompute: this run's analysis, never an entry a cached run left there
         return json.loads(json.dumps(jsonable(analyse(run_dir, data, stats, models, sizes, device))))
-    if not (d / "analysis.json").exists():
+    result = None
+    if (d / "analysis.json").exists():
+        result = load_entry(d, lambda: json.loads((d / "analysis.json").read_text()))
+    if result is None:
         with atomic_dir(d) as tmp:
             for sub in ("figures", "graphs"):
                 (tmp / sub).mkdir()
             result = jsonable(analyse(tmp, data, stats, models, sizes, device))
             (tmp / "analysis.json").write_text(json.dumps(result))
+        result = json.loads((d / "analysis.json").read_text())
     for sub in ("figures", "graphs"):
         for f in (d / sub).iterdir():
             shutil.copy2(f, run_dir / sub / f.name)
-    return json.loads((d / "analysis.json").read_text())
+    return result
 
 
 def learned_kernel(model, ids, layer: int = 0, head: int = 0) -> np.ndarray:

@@ -12,6 +12,7 @@ import logging
 import shutil
 import time
 import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,18 @@ def clamp_rank(rank: int, vocab_size: int) -> int:
 def stage_dir(name: str, key_material: dict) -> tuple[Path, str]:
     key = config_hash({"stage": name, "format": FORMAT, **key_material})
     return cache_dir() / "compare" / f"{name}-{key}", key
+
+
+def load_entry(d: Path, load):
+    """``load()``, reading the stage entry ``d``; or None when the entry is damaged (a file cut short
+    or garbled on disk), after removing it so that the recomputed stage can take its place. A
+    damaged entry once failed every later run with a bare numpy/zipfile/JSON error."""
+    try:
+        return load()
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        log.warning("ignoring damaged cache entry %s (%s: %s); recomputing it", d, type(exc).__name__, exc)
+        shutil.rmtree(d, ignore_errors=True)
+        return None
 
 
 # --------------------------------------------------------------------------- data
@@ -217,12 +230,14 @@ def stage_statistics(data: Data, sizes, cache: bool = True) -> Stats:
     rank_P, rank_D = svd_ranks(sizes, V)
     d, key = stage_dir("stats", {"data": data.key, "window": sizes.window, "svd_dim": sizes.svd_dim,
                                  "svd_ranks": [rank_P, rank_D], "svd": "randomized-f32-shared"})
-    if cache and (d / "done.json").exists():
+    def load():
         meta = json.loads((d / "done.json").read_text())
         svds = {name: TopSVD(*(np.load(d / f"svd_{name}_{f}.npy") for f in _SVD_FILES), meta["frobenius_sq"][name])
                 for name in ("P", "D")}
         return Stats(*(sp.csr_array(sp.load_npz(d / f"{n}.npz")) for n in ("S", "P", "P_dir")),
                      np.load(d / "embeddings.npy"), np.load(d / "counts.npy"), key, svds["P"], svds["D"])
+    if cache and (d / "done.json").exists() and (stats := load_entry(d, load)) is not None:
+        return stats
     t = time.perf_counter()
     S = cooccurrence(data.stat_neg, V, window=sizes.window, weighting="harmonic")
     if S.nnz == 0:          # else a NaN deep inside the projection's temperature fit
@@ -267,8 +282,9 @@ def stage_projection(data: Data, stats: Stats, sizes, device, cache: bool = True
     # the device is in the key, as in the model stages: a GPU scores in other batches and precision
     d, _ = stage_dir("projection", {"data": data.key, "stats": stats.key, "asym_rank": sizes.asym_rank,
                                     "heads": list(sizes.heads), "device": device.type})
-    if cache and (d / "rows.json").exists():
-        return json.loads((d / "rows.json").read_text())
+    if cache and (d / "rows.json").exists() and \
+            (rows := load_entry(d, lambda: json.loads((d / "rows.json").read_text()))) is not None:
+        return rows
     import torch
 
     from distattn.projection import (KneserNeyLM, UnigramLM, directional_factors, evaluate_next_token,
