@@ -798,3 +798,24 @@ def test_a_damaged_stage_cache_entry_is_recomputed(tmp_path, capsys, caplog, mon
     caplog.clear()
     code, out, err = run_cli(args + ["--out", str(tmp_path / "c")], capsys)      # the entry was written again
     assert code == 0 and "damaged" not in caplog.text
+
+
+@pytest.mark.parametrize("damaged", ["model.pt", "done.json"])
+def test_a_damaged_trained_model_entry_is_retrained(tmp_path, capsys, caplog, monkeypatch, damaged):
+    """A model stage's model.pt cut short failed every later run with a RuntimeError traceback
+    ("PytorchStreamReader failed reading zip archive"), its done.json with "error: Expecting ',' delimiter"."""
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=40)
+    args = ["--corpus", "text", "--path", str(corpus), "--profile", "quick", "-q", "--device", "cpu"]
+    code, out, err = run_cli(args + ["--out", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    (entry,) = (tmp_path / "cache" / "compare").glob(f"train-transformer_lm-*/{damaged}")
+    data = entry.read_bytes()
+    entry.unlink()                  # a new file: the run directory holds a hard link to model.pt
+    entry.write_bytes(data[:len(data) // 2])
+    code, out, err = run_cli(args + ["--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+    assert f"ignoring damaged cache entry {entry.parent}" in caplog.text
+    first, second = (json.loads((next((tmp_path / d).iterdir()) / "metrics.json").read_text()) for d in "ab")
+    rows = lambda m: [{k: v for k, v in r.items() if k != "seconds"} for r in m["next_token"]]
+    assert rows(second) == rows(first)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 import shutil
 import time
 import warnings
@@ -38,13 +39,14 @@ def stage_dir(name: str, key_material: dict) -> tuple[Path, str]:
     return cache_dir() / "compare" / f"{name}-{key}", key
 
 
-def load_entry(d: Path, load):
+def load_entry(d: Path, load, errors: tuple = ()):
     """``load()``, reading the stage entry ``d``; or None when the entry is damaged (a file cut short
     or garbled on disk), after removing it so that the recomputed stage can take its place. A
-    damaged entry once failed every later run with a bare numpy/zipfile/JSON error."""
+    damaged entry once failed every later run with a bare numpy/zipfile/JSON error. ``errors``: more
+    exception types that mean a damaged file (torch.load: RuntimeError, UnpicklingError)."""
     try:
         return load()
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, *errors) as exc:
         log.warning("ignoring damaged cache entry %s (%s: %s); recomputing it", d, type(exc).__name__, exc)
         shutil.rmtree(d, ignore_errors=True)
         return None
@@ -370,8 +372,10 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     from distattn.train import Trainer, load_model, save_model
     key_material = dict(key_material, train=train_cfg.fingerprint())
     d, _ = stage_dir(f"train-{name}", key_material)
-    if cache and (d / "done.json").exists():
-        return Trained(name, load_model(d / "model.pt"), json.loads((d / "done.json").read_text()), d / "model.pt")
+    if cache and (d / "done.json").exists() and (trained := load_entry(d, lambda: Trained(
+            name, load_model(d / "model.pt"), json.loads((d / "done.json").read_text()), d / "model.pt"),
+            (RuntimeError, pickle.UnpicklingError))) is not None:
+        return trained
     if not cache:               # recompute: neither the finished model nor a checkpoint to resume from
         shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True, exist_ok=True)
