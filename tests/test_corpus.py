@@ -327,6 +327,25 @@ def test_a_cache_file_left_empty_is_rebuilt(tmp_path, name):
     assert (entry / name).stat().st_size > 0          # the entry was written anew
 
 
+@pytest.mark.parametrize("name", ["ids.npy", "type_counts.npy", "labels.npy", "split_codes.npy", "types.json"])
+def test_a_cache_file_with_a_flipped_bit_is_rebuilt_not_used(tmp_path, caplog, name):
+    """A bit flipped on disk in the last byte of a file (a token id, a count, a label, a word) left
+    every file readable, and the wrong tokens, labels or words were served without a word."""
+    corpus = ListCorpus(["a b c", "c d"], labels=[1, 0])
+    tc = tokenize_corpus(corpus, cache=tmp_path)
+    entry = next(tmp_path.iterdir())
+    data = bytearray((entry / name).read_bytes())
+    data[-2 if name == "types.json" else -1] ^= 0x01        # types.json: a letter of the last word, not its quote
+    (entry / name).unlink()                  # not changed in place: tc maps ids.npy
+    (entry / name).write_bytes(bytes(data))
+    again = tokenize_corpus(corpus, cache=tmp_path)
+    assert f"ignoring damaged tokenized cache {entry}" in caplog.text and name in caplog.text
+    assert again.types == tc.types and np.array_equal(again.tokens.ids, tc.tokens.ids)
+    assert again.type_counts.tolist() == tc.type_counts.tolist() and again.labels.tolist() == [1, 0]
+    assert again.docs.split_codes.tolist() == tc.docs.split_codes.tolist()
+    assert (entry / name).read_bytes() != bytes(data)          # the entry was written anew
+
+
 def test_an_entry_another_process_wrote_meanwhile_is_kept(tmp_path, monkeypatch):
     """Two processes tokenizing one corpus: the second to finish removed the first's entry before its
     rename, pulling it from under the first's load. The entry written first is kept now (the same

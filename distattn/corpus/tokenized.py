@@ -21,6 +21,7 @@ import numpy as np
 
 from distattn.atomic import atomic_dir, config_hash, ensure_writable_dir
 from distattn.corpus.documents import Corpus, Document, check_split, selectable_split
+from distattn.corpus.download import sha256_file
 from distattn.corpus.ragged import RaggedIds
 from distattn.corpus.tokenize import default_tokenizer, tokenize_to_bytes, tokenizer_config, unicode_tokenizer
 from distattn.corpus.vocabulary import DEFAULT_SPECIALS, Vocabulary, _not_a_string
@@ -195,8 +196,11 @@ class TokenizedCorpus(_SubsetMixin):
             np.save(tmp / "ratings.npy", self.docs.ratings)
             np.save(tmp / "split_codes.npy", self.docs.split_codes)
             (tmp / "types.json").write_text(json.dumps(self.types, ensure_ascii=False), encoding="utf-8")
+            # each file's sha256, checked by load: a bit flipped on disk leaves every file readable
+            files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
             (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "split_names": self.docs.split_names,
-                                                       "source": self.source}, default=str), encoding="utf-8")
+                                                       "source": self.source, "files": files}, default=str),
+                                           encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | os.PathLike, mmap: bool = True) -> "TokenizedCorpus":
@@ -204,6 +208,9 @@ class TokenizedCorpus(_SubsetMixin):
         meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
         if meta.get("format") != FORMAT:
             raise ValueError(f"{path} holds tokenized-corpus format {meta.get('format')}, expected {FORMAT}")
+        for name, digest in meta.get("files", {}).items():     # an entry written before they were recorded: none
+            if sha256_file(path / name) != digest:
+                raise ValueError(f"{path / name} is damaged: its sha256 differs from the one meta.json records")
         mode = "r" if mmap else None
         tokens = RaggedIds(np.load(path / "ids.npy", mmap_mode=mode), np.load(path / "offsets.npy"))
         docs = DocumentTable(np.load(path / "labels.npy"), np.load(path / "ratings.npy"),
