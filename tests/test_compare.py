@@ -819,3 +819,24 @@ def test_a_damaged_trained_model_entry_is_retrained(tmp_path, capsys, caplog, mo
     first, second = (json.loads((next((tmp_path / d).iterdir()) / "metrics.json").read_text()) for d in "ab")
     rows = lambda m: [{k: v for k, v in r.items() if k != "seconds"} for r in m["next_token"]]
     assert rows(second) == rows(first)
+
+
+@pytest.mark.parametrize("name", ["embeddings.npy", "counts.npy", "svd_P_s.npy"])
+def test_a_bit_flipped_in_a_statistics_stage_array_is_recomputed_not_used(tmp_path, capsys, caplog, monkeypatch,
+                                                                          name):
+    """An .npy of the statistics stage with a bit flipped on disk still loads (unlike an .npz, it has
+    no CRC): the wrong vectors, counts or singular values were served to every later run."""
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    from distattn.compare.config import CompareConfig
+    from distattn.compare.stages import load_data, stage_statistics
+    cfg = CompareConfig(corpus="text", path=str(synthetic_jsonl(tmp_path / "c.jsonl", n_docs=40)), profile="quick")
+    data = load_data(cfg, cfg.sizes(), progress=False)
+    first = stage_statistics(data, cfg.sizes())
+    (entry,) = (tmp_path / "cache" / "compare").glob(f"stats-*/{name}")
+    flipped = bytearray(entry.read_bytes())
+    flipped[-1] ^= 0x40
+    entry.write_bytes(bytes(flipped))
+    again = stage_statistics(data, cfg.sizes())
+    assert f"ignoring damaged cache entry {entry.parent}" in caplog.text and name in caplog.text
+    assert np.array_equal(again.embeddings, first.embeddings) and np.array_equal(again.counts, first.counts)
+    assert np.array_equal(again.svd_P.s, first.svd_P.s)

@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
 from distattn.atomic import atomic_dir, config_hash, write_json
-from distattn.corpus import EncodedCorpus, RaggedIds, Vocabulary, get_corpus, tokenize_corpus
+from distattn.corpus import EncodedCorpus, RaggedIds, Vocabulary, get_corpus, sha256_file, tokenize_corpus
 from distattn.paths import cache_dir
 
 log = logging.getLogger("distattn.compare")
@@ -234,6 +234,9 @@ def stage_statistics(data: Data, sizes, cache: bool = True) -> Stats:
                                  "svd_ranks": [rank_P, rank_D], "svd": "randomized-f32-shared"})
     def load():
         meta = json.loads((d / "done.json").read_text())
+        for f, digest in meta.get("files", {}).items():     # an entry written before they were recorded: none
+            if sha256_file(d / f) != digest:
+                raise ValueError(f"{d / f} is damaged: its sha256 differs from the one done.json records")
         svds = {name: TopSVD(*(np.load(d / f"svd_{name}_{f}.npy") for f in _SVD_FILES), meta["frobenius_sq"][name])
                 for name in ("P", "D")}
         return Stats(*(sp.csr_array(sp.load_npz(d / f"{n}.npz")) for n in ("S", "P", "P_dir")),
@@ -263,8 +266,10 @@ def stage_statistics(data: Data, sizes, cache: bool = True) -> Stats:
             for name, svd in (("P", svd_P), ("D", svd_D)):
                 for f in _SVD_FILES:
                     np.save(tmp / f"svd_{name}_{f}.npy", getattr(svd, f))
+            # each file's sha256, checked on load: an .npy with a bit flipped on disk still loads
+            files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
             (tmp / "done.json").write_text(json.dumps({"seconds": stats.seconds, "frobenius_sq": {
-                "P": svd_P.frobenius_sq, "D": svd_D.frobenius_sq}}))
+                "P": svd_P.frobenius_sq, "D": svd_D.frobenius_sq}, "files": files}))
     return stats
 
 
