@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -840,3 +841,40 @@ def test_a_bit_flipped_in_a_statistics_stage_array_is_recomputed_not_used(tmp_pa
     assert f"ignoring damaged cache entry {entry.parent}" in caplog.text and name in caplog.text
     assert np.array_equal(again.embeddings, first.embeddings) and np.array_equal(again.counts, first.counts)
     assert np.array_equal(again.svd_P.s, first.svd_P.s)
+
+
+def _trained_entry(tmp_path, monkeypatch):
+    """A finished model stage entry (model.pt, done.json, a checkpoint) and a Trainer that fails the test."""
+    import distattn.train
+    from distattn.compare.stages import stage_dir
+    from distattn.models import LMConfig, TransformerLM
+    from distattn.train import TrainConfig, save_model
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = TrainConfig()
+    d, _ = stage_dir("train-lm", {"k": 1, "train": cfg.fingerprint()})
+    d.mkdir(parents=True)
+    save_model(TransformerLM(LMConfig(vocab_size=10, d_model=8, n_heads=2, n_layers=1, max_len=8)), d / "model.pt")
+    (d / "done.json").write_text("{}")
+    (d / "checkpoint.pt").write_bytes(b"hours of training")
+    monkeypatch.setattr(distattn.train, "Trainer", lambda *a, **k: pytest.fail("a whole trained model was retrained"))
+    return d, cfg
+
+
+@pytest.mark.parametrize("error", [RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't "
+                                                "allocate memory: you tried to allocate 4194304 bytes"),
+                                   RuntimeError("Error(s) in loading state_dict for TransformerLM: Missing key(s)")])
+def test_a_trained_model_that_fails_to_load_for_want_of_memory_or_a_code_change_is_kept(tmp_path, monkeypatch,
+                                                                                        error):
+    """Every RuntimeError of load_model was taken for a damaged model.pt: one torch raises when memory
+    runs out (or a state dict the model's code no longer fits) removed the finished model and its
+    checkpoints, and the model was trained again. Only torch's reader failing on the file is damage."""
+    import distattn.train
+    from distattn.compare.stages import _train
+    d, cfg = _trained_entry(tmp_path, monkeypatch)
+
+    def load_model(path, model=None):
+        raise error
+    monkeypatch.setattr(distattn.train, "load_model", load_model)
+    with pytest.raises(RuntimeError, match=re.escape(str(error))):
+        _train("lm", None, None, cfg, {"k": 1}, cache=True)
+    assert sorted(p.name for p in d.iterdir()) == ["checkpoint.pt", "done.json", "model.pt"]

@@ -43,7 +43,7 @@ def load_entry(d: Path, load, errors: tuple = ()):
     """``load()``, reading the stage entry ``d``; or None when the entry is damaged (a file cut short
     or garbled on disk), after removing it so that the recomputed stage can take its place. A
     damaged entry once failed every later run with a bare numpy/zipfile/JSON error. ``errors``: more
-    exception types that mean a damaged file (torch.load: RuntimeError, UnpicklingError)."""
+    exception types that mean a damaged file (torch.load: UnpicklingError)."""
     try:
         return load()
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, *errors) as exc:
@@ -377,9 +377,18 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     from distattn.train import Trainer, load_model, save_model
     key_material = dict(key_material, train=train_cfg.fingerprint())
     d, _ = stage_dir(f"train-{name}", key_material)
-    if cache and (d / "done.json").exists() and (trained := load_entry(d, lambda: Trained(
-            name, load_model(d / "model.pt"), json.loads((d / "done.json").read_text()), d / "model.pt"),
-            (RuntimeError, pickle.UnpicklingError))) is not None:
+    def load_trained():
+        try:
+            model = load_model(d / "model.pt")
+        except RuntimeError as exc:
+            # torch's reader on a file cut short or garbled; any other RuntimeError (memory running out,
+            # a state dict the model's code no longer fits) says nothing of the file: the entry is kept
+            if "PytorchStreamReader" not in str(exc) and "corrupt file" not in str(exc):
+                raise
+            raise ValueError(f"{d / 'model.pt'} is damaged: {exc}") from None
+        return Trained(name, model, json.loads((d / "done.json").read_text()), d / "model.pt")
+    if cache and (d / "done.json").exists() and \
+            (trained := load_entry(d, load_trained, (pickle.UnpicklingError,))) is not None:
         return trained
     if not cache:               # recompute: neither the finished model nor a checkpoint to resume from
         shutil.rmtree(d, ignore_errors=True)
