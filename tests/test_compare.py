@@ -878,3 +878,18 @@ def test_a_trained_model_that_fails_to_load_for_want_of_memory_or_a_code_change_
     with pytest.raises(RuntimeError, match=re.escape(str(error))):
         _train("lm", None, None, cfg, {"k": 1}, cache=True)
     assert sorted(p.name for p in d.iterdir()) == ["checkpoint.pt", "done.json", "model.pt"]
+
+
+def test_a_stage_entry_that_cannot_be_read_for_want_of_permission_is_kept(tmp_path, monkeypatch):
+    """A PermissionError reading a stage entry (a shared cache written by another user) was taken for
+    damage: the entry, here a finished model with its checkpoints, was removed and recomputed."""
+    import distattn.train
+    from distattn.compare.stages import _train
+    d, cfg = _trained_entry(tmp_path, monkeypatch)
+
+    def load_model(path, model=None):
+        raise PermissionError(13, "Permission denied", str(path))
+    monkeypatch.setattr(distattn.train, "load_model", load_model)
+    with pytest.raises(PermissionError, match="Permission denied"):
+        _train("lm", None, None, cfg, {"k": 1}, cache=True)
+    assert sorted(p.name for p in d.iterdir()) == ["checkpoint.pt", "done.json", "model.pt"]

@@ -46,6 +46,8 @@ def load_entry(d: Path, load, errors: tuple = ()):
     exception types that mean a damaged file (torch.load: UnpicklingError)."""
     try:
         return load()
+    except PermissionError:         # not readable by this user (a shared cache): no sign of damage, kept
+        raise
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, *errors) as exc:
         log.warning("ignoring damaged cache entry %s (%s: %s); recomputing it", d, type(exc).__name__, exc)
         shutil.rmtree(d, ignore_errors=True)
