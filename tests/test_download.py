@@ -385,3 +385,19 @@ def test_a_changed_file_is_not_spliced_when_the_server_sends_no_validator(rserve
                    sha256=hashlib.sha256(OTHER).hexdigest(), progress=False)
     assert out.read_bytes() == OTHER
     assert RangeHandler.served == [("/unvalidated", "bytes=300000-", len(OTHER) - 300_000)]
+
+
+def test_a_break_off_without_a_validator_does_not_promise_a_resume(rserver, tmp_path):
+    # the message said "the next call resumes from there", but without ETag, Last-Modified or a sha256
+    # the next call starts again from byte 0
+    RangeHandler.cut["/unvalidated"] = 300_000
+    with pytest.raises(DownloadError, match="broke off after 300000") as info:
+        download(rserver + "/unvalidated", tmp_path / "f.bin", progress=False)
+    assert "resumes from there" not in str(info.value) and "again from the start" in str(info.value)
+    RangeHandler.cut["/ranged"] = 300_000        # with a validator, the promise holds
+    with pytest.raises(DownloadError, match="kept in .* and the next call resumes from there"):
+        download(rserver + "/ranged", tmp_path / "g.bin", progress=False)
+    RangeHandler.cut["/unvalidated"] = 300_000   # and with a sha256
+    with pytest.raises(DownloadError, match="kept in .* and the next call resumes from there"):
+        download(rserver + "/unvalidated", tmp_path / "h.bin", sha256=hashlib.sha256(PAYLOAD).hexdigest(),
+                 progress=False)

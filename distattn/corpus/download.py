@@ -251,6 +251,7 @@ def _fetch(url: str, out, meta: Path, name: str, progress: bool, timeout: float,
         break
     h = _hash_prefix(out, offset)
     n = got = offset
+    resumable = bool(state.get("etag") or state.get("last_modified") or checked)
     with resp:
         bar = None
         if progress:
@@ -264,7 +265,8 @@ def _fetch(url: str, out, meta: Path, name: str, progress: bool, timeout: float,
                 if bar is not None:
                     bar.update(len(block))
         except (OSError, http.client.HTTPException) as exc:   # IncompleteRead: a cut chunked body
-            raise DownloadError(f"download of {url} broke off after {n} bytes: {exc}; {_kept(out, n)}") from exc
+            raise DownloadError(f"download of {url} broke off after {n} bytes: {exc}; "
+                                f"{_kept(out, n, resumable)}") from exc
         finally:
             if bar is not None:
                 bar.close()
@@ -276,7 +278,7 @@ def _fetch(url: str, out, meta: Path, name: str, progress: bool, timeout: float,
     expected = whole if whole is not None else got + length if length is not None else None
     if expected is not None and n != expected:
         raise DownloadError(f"download of {url} broke off after {n} of the {expected} bytes the server "
-                            f"announced; {_kept(out, n)}")
+                            f"announced; {_kept(out, n, resumable)}")
     return h, n
 
 
@@ -300,6 +302,10 @@ def _changed(state: dict, hdrs) -> bool:
     return bool(state.get("last_modified") and modified and modified != state["last_modified"])
 
 
-def _kept(out, n: int) -> str:
-    return (f"the {n} bytes received are kept in {out.name} and the next call resumes from there" if n
-            else "nothing was kept")
+def _kept(out, n: int, resumable: bool) -> str:
+    if not n:
+        return "nothing was kept"
+    if not resumable:       # nothing would tell a changed file of the same length (see _fetch)
+        return (f"the {n} bytes received are kept in {out.name}, but the server sent neither ETag nor "
+                "Last-Modified: without sha256= the next call downloads the file again from the start")
+    return f"the {n} bytes received are kept in {out.name} and the next call resumes from there"
