@@ -1060,3 +1060,25 @@ def test_a_codec_that_is_no_text_encoding_is_refused_when_the_corpus_is_made(tmp
         path.write_text('{"text": "a b"}\n' if name.endswith(".jsonl") else "a b\n")
     with pytest.raises(ValueError, match=rf"encoding='{encoding}' is not a text encoding"):
         TextCorpus(path, encoding=encoding)
+
+
+def test_a_file_just_written_beside_one_stamped_in_the_future_is_waited_for_not_hashed(tmp_path, monkeypatch):
+    """One file stamped in the future (hashed: not worth waiting for) stopped the wait for every file:
+    a file just written beside it was hashed into the fingerprint instead, so the key changed once it
+    settled and every stage cached on the corpus was rebuilt on the next run."""
+    import os
+    import time
+    from types import SimpleNamespace
+
+    from distattn.corpus import text
+    (tmp_path / "old.txt").write_text("alpha beta\n", encoding="utf-8")
+    os.utime(tmp_path / "old.txt", ns=(time.time_ns(), time.time_ns() + 3600 * 10**9))
+    (tmp_path / "new.txt").write_text("gamma\n", encoding="utf-8")
+    clock = [time.time_ns()]
+    monkeypatch.setattr(text, "time", raising=False, value=SimpleNamespace(
+        time_ns=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + int(s * 1e9))))
+    fresh = TextCorpus(tmp_path).fingerprint()["files"]
+    clock[0] += 60 * 10**9
+    settled = TextCorpus(tmp_path).fingerprint()["files"]
+    assert fresh == settled
+    assert [len(f) for f in settled] == [4, 5]         # new.txt as always; old.txt, still ahead, with its sha256

@@ -231,8 +231,10 @@ def _settled_stats(files: list[Path]) -> tuple[list[os.stat_result], list[bool]]
     wait (written meanwhile, or stamped in the future) is marked, for hashing."""
     stats = [p.stat() for p in files]
     waits = [_racy_ns(st) for st in stats]
-    if 0 < max(waits, default=0) <= RACY_NS_COARSE:
-        time.sleep(max(waits) / 1e9)
+    # a file stamped further ahead is hashed, and does not stop the wait for the others
+    wait = max((w for w in waits if w <= RACY_NS_COARSE), default=0)
+    if wait > 0:
+        time.sleep(wait / 1e9)
         for i in [i for i, w in enumerate(waits) if w > 0]:
             stats[i] = files[i].stat()
             waits[i] = _racy_ns(stats[i])
