@@ -198,12 +198,17 @@ def evaluate_similarity(vectors, name_or_pairs="wordsim353", lowercase: bool = T
     matrix, keys = _vocabulary(vectors)
     fold = str.lower if lowercase else (lambda w: w)
     # an all-zero row has no direction: out of vocabulary, as in SVDEmbeddings.to_keyed_vectors()
-    # (it was scored with a cosine of 0 and counted as found)
-    usable = np.asarray(matrix != 0).any(axis=1) if matrix.size else np.zeros(len(keys), dtype=bool)
+    # (it was scored with a cosine of 0 and counted as found). Only the rows of the dataset's words
+    # are read: a (V, dim) test of the whole matrix cost V x dim bytes (900 MB for 3M x 300 vectors)
+    # and read a memory-mapped matrix in full
+    wanted = {fold(w) for w in data.word1} | {fold(w) for w in data.word2}
     index: dict[str, int] = {}
     for i, key in enumerate(keys):
-        if key is not None and usable[i]:
-            index.setdefault(fold(str(key)), i)  # first occurrence wins
+        if key is None:
+            continue
+        word = fold(str(key))
+        if word in wanted and word not in index and np.any(matrix[i]):
+            index[word] = i  # first occurrence with a usable vector wins
 
     i1 = np.fromiter((index.get(fold(w), -1) for w in data.word1), dtype=np.int64, count=len(data))
     i2 = np.fromiter((index.get(fold(w), -1) for w in data.word2), dtype=np.int64, count=len(data))
