@@ -180,3 +180,16 @@ def test_a_skipped_classifier_is_named_with_its_reason(tmp_path):
     html = write_report(tmp_path, _env("text"), {"timings_s": {"total": 1.0}, "data": data}).read_text()
     assert ("<h2>Sentiment classifier</h2><p class='muted'>Not trained: the 80 labelled training documents all "
             "have label 1 &lt;&amp;&gt;.</p>") in html
+
+
+def test_heatmaps_without_learned_heads_are_not_titled_against_them(tmp_path):
+    """A --no-models run draws the projection's pattern alone, and the report's section was headed
+    "projection vs learned heads" all the same; with learned heads the heading is unchanged."""
+    from distattn.compare.report import write_report
+    heat = {"example": "held-out review 1", "expected": "", "figure": "heatmap_1.png", "tokens": 12}
+    for learned, heading in ((0, "Attention of the projection (no model trained)"),
+                             (8, "Attention side by side: projection vs learned heads")):
+        (tmp_path / str(learned)).mkdir()
+        metrics = {"timings_s": {"total": 1.0}, "analysis": {"heatmaps": [dict(heat, learned_heads=learned)]}}
+        html = write_report(tmp_path / str(learned), _env("imdb"), metrics).read_text()
+        assert heading in html and ("learned heads" in html) == bool(learned)

@@ -147,8 +147,12 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
         which = (f"The {'five' if seed_examples == 5 else f'{seed_examples} of the five'} example reviews of "
                  "000_48942d33924f2728.txt §IV.B, then held-out test reviews." if seed_examples
                  else "Held-out test documents.")
-        parts.append("<h2>Attention side by side: projection vs learned heads</h2>"
-                     f"<p class='muted'>{which} Rows attend to columns.</p>")
+        # "learned_heads" 0: a --no-models run, whose heatmaps hold the projection alone (entries from before
+        # the key was recorded had learned heads whenever they had a figure to show beside it)
+        learned = any(h.get("learned_heads", 1) for h in an["heatmaps"])
+        parts.append(("<h2>Attention side by side: projection vs learned heads</h2>" if learned else
+                      "<h2>Attention of the projection (no model trained)</h2>")
+                     + f"<p class='muted'>{which} Rows attend to columns.</p>")
         for h in an["heatmaps"]:
             cap = h["example"] + (f" (seed paper: {h['expected']}" + (f"; our classifier p(positive) = "
                                                                        f"{_fixed(h['p_positive'], '.2f')}" if 'p_positive' in h else "")

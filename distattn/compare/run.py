@@ -269,8 +269,9 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
     # "version" 2: the directional factors and the alignment basis come from the spectra's SVDs;
     # 3: the PPMI and directional-PPMI spectra come from the statistics stage's SVDs; 4: the seed's
     # IMDB example reviews are drawn for IMDB only; 5: the CKA figure's title names a text corpus's documents;
-    # 6: the learned kernel is exp(q·k/√d) for every pair (it took the causal mask's pairs as the smallest score)
-    d, _ = stage_dir("analysis", {"version": 6, "data": data.key, "stats": stats.key,
+    # 6: the learned kernel is exp(q·k/√d) for every pair (it took the causal mask's pairs as the smallest score);
+    # 7: a heatmap without learned heads (--no-models) is titled as the projection's alone, with "learned_heads"
+    d, _ = stage_dir("analysis", {"version": 7, "data": data.key, "stats": stats.key,
                                   "sizes": dataclasses.asdict(sizes),
                                   "models": {n: m.checkpoint.parent.name for n, m in models.items()}})
     if not cache:               # recompute: this run's analysis, never an entry a cached run left there
@@ -473,9 +474,12 @@ def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> di
             for h in range(min(pat.shape[1], 4)):
                 mats[f"{name} L0 H{h}"] = pat[0, h]
         path = fig_dir / f"heatmap_{j + 1}.png"
-        figures.plot_attention_comparison(mats, path, tokens=toks, title=f"{ex_name}: projection vs learned heads",
-                                          max_cols=3)
-        entry = {"example": ex_name, "expected": expected, "figure": path.name, "tokens": len(ids)}
+        learned = len(mats) - 1         # none under --no-models: the title said "vs learned heads" all the same
+        figures.plot_attention_comparison(mats, path, tokens=toks, max_cols=3,
+                                          title=f"{ex_name}: " + ("projection vs learned heads" if learned
+                                                                  else "the projection (no model trained)"))
+        entry = {"example": ex_name, "expected": expected, "figure": path.name, "tokens": len(ids),
+                 "learned_heads": learned}
         if clf is not None:
             import torch
             with torch.no_grad():
