@@ -193,3 +193,19 @@ def test_heatmaps_without_learned_heads_are_not_titled_against_them(tmp_path):
         metrics = {"timings_s": {"total": 1.0}, "analysis": {"heatmaps": [dict(heat, learned_heads=learned)]}}
         html = write_report(tmp_path / str(learned), _env("imdb"), metrics).read_text()
         assert heading in html and ("learned heads" in html) == bool(learned)
+
+
+def test_each_pmi_correlation_is_shown_beside_its_own_pair_count(tmp_path):
+    """The per-head table had one "pairs" column, the all-pairs count, after both ρ's: ρ (PPMI > 0),
+    taken over far fewer pairs, read as if it had as many."""
+    from distattn.compare.report import write_report
+    corr = [{"model": "lm", "head": 0, "statistic": "PPMI", "rho_all": 0.125, "n_pairs_all": 4950,
+             "rho_positive": 0.25, "n_pairs_positive": 321}]
+    metrics = {"timings_s": {"total": 1.0}, "analysis": {"attention_pmi_correlation": corr}}
+    html = write_report(tmp_path, _env("text"), metrics).read_text()
+    table = html[html.index("Attention–PMI correlation per head"):]
+    table = table[:table.index("</table>")]
+    cells = re.findall(r"<t[dh]>(.*?)</t[dh]>", table)
+    assert cells[cells.index("ρ (PPMI &gt; 0)") + 1] == "pairs (PPMI &gt; 0)"
+    row = cells[len(cells) // 2:]
+    assert row[3:] == ["0.1250", "4950", "0.2500", "321"]

@@ -172,9 +172,10 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
                                for n, s in an["spectra"].items()]))
     if an.get("attention_pmi_correlation"):
         parts.append("<h3>Attention–PMI correlation per head</h3>" + _table(
-            ["model", "head", "statistic", "ρ (all pairs)", "ρ (PPMI > 0)", "pairs"],
-            [[c["model"], c["head"], c["statistic"], c["rho_all"], c["rho_positive"], c["n_pairs_all"]]
-             for c in an["attention_pmi_correlation"]]))
+            # each ρ beside its own count: one "pairs" column gave the all-pairs count beside ρ (PPMI > 0) too
+            ["model", "head", "statistic", "ρ (all pairs)", "pairs", "ρ (PPMI > 0)", "pairs (PPMI > 0)"],
+            [[c["model"], c["head"], c["statistic"], c["rho_all"], c["n_pairs_all"], c["rho_positive"],
+              c.get("n_pairs_positive")] for c in an["attention_pmi_correlation"]]))
     if an.get("graph") or an.get("cka"):
         parts.append("<h2>Graphs and kernels</h2><div class='grid'>" + _img(fig / "attention_graph.png", "Attention graph")
                      + _img(fig / "cka.png", "CKA matrix") + "</div>")
