@@ -893,3 +893,34 @@ def test_a_stage_entry_that_cannot_be_read_for_want_of_permission_is_kept(tmp_pa
     with pytest.raises(PermissionError, match="Permission denied"):
         _train("lm", None, None, cfg, {"k": 1}, cache=True)
     assert sorted(p.name for p in d.iterdir()) == ["checkpoint.pt", "done.json", "model.pt"]
+
+
+def test_git_dirty_says_whether_the_packages_tracked_files_differ_from_the_recorded_hash(tmp_path, monkeypatch):
+    """config.json's git_hash was recorded even when distattn's tracked files had uncommitted changes,
+    so the hash did not identify the code that ran; git_dirty says so (None without a hash). Untracked
+    files and changes outside the package leave it False: the code the hash names is what ran."""
+    import distattn
+    from distattn.compare.config import CompareConfig
+    from distattn.compare.run import environment
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    repo = tmp_path / "repo"
+    pkg = repo / "distattn"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (repo / "README.md").write_text("a checkout\n")
+    cfg = CompareConfig(corpus="paper").validate()
+    monkeypatch.setattr(distattn, "__file__", str(pkg / "__init__.py"))
+    env = environment(cfg, "quick", cfg.sizes(), "cpu")
+    assert env["git_hash"] is None and env["git_dirty"] is None          # not a checkout
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "."], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], cwd=repo, check=True)
+    dirty = lambda: environment(cfg, "quick", cfg.sizes(), "cpu")["git_dirty"]
+    assert dirty() is False
+    (pkg / "notes.txt").write_text("untracked")
+    (repo / "README.md").write_text("edited outside the package\n")
+    assert dirty() is False
+    (pkg / "__init__.py").write_text("x = 1\n")
+    assert dirty() is True
+    subprocess.run([*git, "add", "distattn/__init__.py"], cwd=repo, check=True)     # staged, not committed
+    assert dirty() is True

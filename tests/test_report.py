@@ -209,3 +209,15 @@ def test_each_pmi_correlation_is_shown_beside_its_own_pair_count(tmp_path):
     assert cells[cells.index("ρ (PPMI &gt; 0)") + 1] == "pairs (PPMI &gt; 0)"
     row = cells[len(cells) // 2:]
     assert row[3:] == ["0.1250", "4950", "0.2500", "321"]
+
+
+def test_the_git_hash_of_a_checkout_with_uncommitted_changes_is_marked(tmp_path):
+    """The report's header named the git hash as the code of the run even when the package had
+    uncommitted changes (config.json's git_dirty)."""
+    from distattn.compare.report import write_report
+    metrics = {"timings_s": {"total": 1.0}}
+    for dirty in (False, True):
+        (tmp_path / str(dirty)).mkdir()
+        env = {**_env("imdb"), "git_hash": "0123456789abcdef", "git_dirty": dirty}
+        html = write_report(tmp_path / str(dirty), env, metrics).read_text()
+        assert ("git 0123456789 with uncommitted changes ·" in html) is dirty and "git 0123456789" in html

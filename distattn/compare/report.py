@@ -111,7 +111,7 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
              f"<h1>Is learned attention projected co-occurrence?</h1><p class='muted'>corpus "
              f"<b>{html.escape(env['config']['corpus'])}</b> · profile <b>{env['profile']}</b> · device "
              f"{html.escape(env['device'])} · seed {env['seed']} · distattn {env['versions']['distattn']} · git "
-             f"{html.escape(str(env.get('git_hash'))[:10])} · total {metrics['timings_s'].get('total', 0):.0f} s</p>"]
+             f"{html.escape(str(env.get('git_hash'))[:10])}{' with uncommitted changes' if env.get('git_dirty') else ''} · total {metrics['timings_s'].get('total', 0):.0f} s</p>"]
     hl = headline(metrics)
     if hl:
         parts.append("<h2>The question in one table</h2>" + _table(["measure", "value", "beside it", "reading"], hl))

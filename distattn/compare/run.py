@@ -75,12 +75,24 @@ def environment(cfg: CompareConfig, profile: str, sizes, device, command: str | 
         git_hash = git.stdout.strip() if git.returncode == 0 and tracked.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         git_hash = None
+    git_dirty = None
+    if git_hash is not None:
+        # whether the package's tracked files differ from that commit (staged or not): then the hash
+        # does not name the code that ran. Untracked files are left out: tracked code runs one only
+        # after a tracked change imports it, and stray files (notes, editor backups) would mark every run
+        try:
+            status = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no",
+                                     "--", "."], cwd=pkg, capture_output=True, text=True, timeout=5)
+            git_dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            pass
     # the options as given, and the paths they name made absolute, so that config.json still says
     # which files were read after the run directory is moved or the shell's directory changes
     paths = {k: str(Path(v).expanduser().resolve()) for k in ("path", "data_dir", "out")
              if (v := getattr(cfg, k)) is not None}
     return {"config": dataclasses.asdict(cfg), "resolved_paths": paths, "profile": profile,
             "sizes": dataclasses.asdict(sizes), "device": str(device), "seed": cfg.seed, "versions": versions, "git_hash": git_hash,
+            "git_dirty": git_dirty,
             "command": command_line(sys.argv) if command is None else command, "started": datetime.now().isoformat(timespec="seconds")}
 
 
