@@ -924,3 +924,18 @@ def test_git_dirty_says_whether_the_packages_tracked_files_differ_from_the_recor
     assert dirty() is True
     subprocess.run([*git, "add", "distattn/__init__.py"], cwd=repo, check=True)     # staged, not committed
     assert dirty() is True
+
+
+def test_a_paper_run_records_no_profile_sizes_since_it_uses_none(tmp_path, capsys):
+    """--corpus paper reproduces fixed toy examples: no data, no training. Its config.json recorded the
+    quick (or full) profile's sizes, and config.json, metrics.json and the report its profile, as if
+    they had applied (the run warns that --profile is ignored)."""
+    code, out, err = run_cli(["--corpus", "paper", "--profile", "full", "--device", "cpu", "--out",
+                              str(tmp_path / "runs"), "-q"], capsys)
+    assert code == 0, err
+    run_dir = next((tmp_path / "runs").iterdir())
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["sizes"] is None and config["profile"] is None
+    assert config["config"]["profile"] == "full"                    # the option as given
+    assert json.loads((run_dir / "metrics.json").read_text())["profile"] is None
+    assert "profile <b>" not in (run_dir / "report.html").read_text()

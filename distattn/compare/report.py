@@ -109,7 +109,9 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
     parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>distattn report: "
              f"{html.escape(env['config']['corpus'])}</title><style>{CSS}</style></head><body>",
              f"<h1>Is learned attention projected co-occurrence?</h1><p class='muted'>corpus "
-             f"<b>{html.escape(env['config']['corpus'])}</b> · profile <b>{env['profile']}</b> · device "
+             f"<b>{html.escape(env['config']['corpus'])}</b> · "
+             + (f"profile <b>{env['profile']}</b> · " if env.get("profile") is not None else "")   # none: --corpus paper
+             + "device "
              f"{html.escape(env['device'])} · seed {env['seed']} · distattn {env['versions']['distattn']} · git "
              f"{html.escape(str(env.get('git_hash'))[:10])}{' with uncommitted changes' if env.get('git_dirty') else ''} · total {metrics['timings_s'].get('total', 0):.0f} s</p>"]
     hl = headline(metrics)

@@ -53,7 +53,8 @@ def make_run_dir(out: str, corpus: str) -> Path:
 
 
 def environment(cfg: CompareConfig, profile: str, sizes, device, command: str | None = None) -> dict:
-    """What config.json records; ``command``: the command line of the run (default: this process's)."""
+    """What config.json records; ``command``: the command line of the run (default: this process's).
+    ``profile`` and ``sizes``: None for ``--corpus paper``, which uses neither."""
     import dataclasses
 
     import networkx
@@ -91,7 +92,7 @@ def environment(cfg: CompareConfig, profile: str, sizes, device, command: str | 
     paths = {k: str(Path(v).expanduser().resolve()) for k in ("path", "data_dir", "out")
              if (v := getattr(cfg, k)) is not None}
     return {"config": dataclasses.asdict(cfg), "resolved_paths": paths, "profile": profile,
-            "sizes": dataclasses.asdict(sizes), "device": str(device), "seed": cfg.seed, "versions": versions, "git_hash": git_hash,
+            "sizes": None if sizes is None else dataclasses.asdict(sizes), "device": str(device), "seed": cfg.seed, "versions": versions, "git_hash": git_hash,
             "git_dirty": git_dirty,
             "command": command_line(sys.argv) if command is None else command, "started": datetime.now().isoformat(timespec="seconds")}
 
@@ -119,8 +120,9 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True, command: 
     the report name (default: this process's, ``sys.argv``)."""
     from distattn.train import pick_device
     cfg.validate()
-    profile = cfg.resolved_profile()
-    sizes = cfg.sizes()
+    paper = cfg.corpus == "paper"         # the paper's fixed toy examples: no profile, no sizes apply
+    profile = None if paper else cfg.resolved_profile()
+    sizes = None if paper else cfg.sizes()
     device = pick_device(cfg.device)                 # an unavailable device is refused before anything is written
     start_numba_threads()                            # keeping torch's CPU thread count: distattn.threads
     if profile == "full" and device.type == "cpu" and cfg.train_models and cfg.corpus != "paper":   # --device auto, no GPU
