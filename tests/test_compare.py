@@ -92,6 +92,9 @@ def test_text_corpus_run_then_warm_rerun(tmp_path, capsys, monkeypatch):
     assert "PPMI-SVD" in (first / "report.html").read_text()
     config = json.loads((first / "config.json").read_text())
     assert config["seed"] == 0 and config["profile"] == "quick" and "torch" in config["versions"]
+    trained = config["stage_keys"]["models"]        # the entry each checkpoint came from
+    assert set(trained) == {"classifier", "classifier_best", "attention_only_lm", "transformer_lm"}
+    assert all((cache / "compare" / f"train-{name}-{key}" / "model.pt").is_file() for name, key in trained.items())
     # second run: every stage from the cache, so the cache directory is left exactly as it was
     before = snapshot()
     assert any(p.name == "model.pt" for p in before) and any("train-classifier_best" in str(p) for p in before)
@@ -939,3 +942,33 @@ def test_a_paper_run_records_no_profile_sizes_since_it_uses_none(tmp_path, capsy
     assert config["config"]["profile"] == "full"                    # the option as given
     assert json.loads((run_dir / "metrics.json").read_text())["profile"] is None
     assert "profile <b>" not in (run_dir / "report.html").read_text()
+
+
+def test_config_json_records_which_data_was_read_and_the_stage_keys(tmp_path, capsys, monkeypatch):
+    """config.json recorded the options, versions, seed and git hash but not which data was read: two
+    runs of one --path whose file was edited between them wrote the same config.json. It now records
+    the corpus's fingerprint (as the tokenized cache keys it) and the key of each stage the run used."""
+    from distattn.corpus import TextCorpus
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=40)
+    args = ["--corpus", "text", "--path", str(corpus), "--profile", "quick", "--no-models", "-q", "--device", "cpu"]
+    configs = []
+    for i, seed in enumerate((0, 1)):
+        if i:
+            synthetic_jsonl(corpus, n_docs=40, seed=seed)           # the same path, other documents
+        code, out, err = run_cli(args + ["--out", str(tmp_path / f"r{i}")], capsys)
+        assert code == 0, err
+        config = json.loads((next((tmp_path / f"r{i}").iterdir()) / "config.json").read_text())
+        assert config["corpus_fingerprint"] == json.loads(json.dumps(TextCorpus(corpus).fingerprint()))
+        keys = config["stage_keys"]
+        assert set(keys) == {"data", "statistics", "projection", "models", "analysis"} and keys["models"] == {}
+        for stage, entry in (("statistics", "stats"), ("projection", "projection"), ("analysis", "analysis")):
+            assert (tmp_path / "cache" / "compare" / f"{entry}-{keys[stage]}").is_dir()     # the entry it used
+        configs.append(config)
+    assert configs[0]["corpus_fingerprint"] != configs[1]["corpus_fingerprint"]
+    assert all(configs[0]["stage_keys"][s] != configs[1]["stage_keys"][s] for s in ("data", "statistics", "analysis"))
+    # a paper run reads the paper's files and caches no stage
+    code, out, err = run_cli(["--corpus", "paper", "--out", str(tmp_path / "p"), "-q"], capsys)
+    assert code == 0, err
+    config = json.loads((next((tmp_path / "p").iterdir()) / "config.json").read_text())
+    assert config["corpus_fingerprint"]["corpus"] == "paper" and config["stage_keys"] == {}

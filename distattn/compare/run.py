@@ -18,7 +18,8 @@ import numpy as np
 
 from distattn.atomic import ensure_writable_dir, jsonable, missing_dirs, remove_empty_dirs, write_json
 from distattn.compare.config import CompareConfig
-from distattn.compare.stages import Data, clamp_rank, load_data, stage_models, stage_projection, stage_statistics
+from distattn.compare.stages import (Data, clamp_rank, load_data, projection_dir, stage_models, stage_projection,
+                                     stage_statistics)
 from distattn.threads import start_numba_threads
 
 log = logging.getLogger("distattn.compare")
@@ -94,6 +95,8 @@ def environment(cfg: CompareConfig, profile: str, sizes, device, command: str | 
     return {"config": dataclasses.asdict(cfg), "resolved_paths": paths, "profile": profile,
             "sizes": None if sizes is None else dataclasses.asdict(sizes), "device": str(device), "seed": cfg.seed, "versions": versions, "git_hash": git_hash,
             "git_dirty": git_dirty,
+            # which data was read and the stage entries built on it: filled in once the stages ran
+            "corpus_fingerprint": None, "stage_keys": None,
             "command": command_line(sys.argv) if command is None else command, "started": datetime.now().isoformat(timespec="seconds")}
 
 
@@ -157,6 +160,9 @@ def run(cfg: CompareConfig, cache: bool = True, progress: bool = True, command: 
 def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache: bool, progress: bool,
            command: str | None = None) -> Path:
     env = environment(cfg, profile, sizes, device, command)
+    if cfg.corpus == "paper":           # its few files, read at once; no stage is cached
+        from distattn.corpus import get_corpus
+        env.update(corpus_fingerprint=get_corpus("paper").fingerprint(), stage_keys={})
     write_json(run_dir / "config.json", env)
     timings: dict = {}
     t0 = time.perf_counter()
@@ -205,6 +211,14 @@ def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache
         metrics["analysis"] = _stage("analysis", timings, cached_analysis, run_dir, data, stats, models, sizes,
                                      device, cache)
         metrics["paper"] = paper_reproduction(run_dir)
+        # config.json again, with what the stages computed: the corpus's fingerprint (as the tokenized
+        # cache keys it) and each stage's key, so that it says which data (and which cache entries) the
+        # run used; before, runs of an edited --path (or of another IMDB archive) wrote the same one
+        env.update(corpus_fingerprint=data.source.get("fingerprint"), stage_keys={
+            "data": data.key, "statistics": stats.key, "projection": projection_dir(data, stats, sizes, device)[1],
+            "models": {name: m.key for name, m in models.items()},
+            "analysis": analysis_dir(data, stats, models, sizes)[1]})
+        write_json(run_dir / "config.json", jsonable(env))
     timings["total"] = round(time.perf_counter() - t0, 3)
     write_json(run_dir / "metrics.json", jsonable(metrics))
     from distattn.compare.report import write_report
@@ -273,21 +287,27 @@ def _seed_examples(data: Data):
     return out
 
 
-def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, device, cache: bool = True) -> dict:
-    """:func:`analyse`, cached like every other stage: its numbers, figures and GraphML files are
-    kept in the stage directory and copied into the run directory."""
+def analysis_dir(data: Data, stats, models: dict, sizes) -> tuple[Path, str]:
+    """The analysis stage's entry and key."""
     import dataclasses
 
-    from distattn.atomic import atomic_dir
-    from distattn.compare.stages import load_entry, stage_dir
+    from distattn.compare.stages import stage_dir
     # "version" 2: the directional factors and the alignment basis come from the spectra's SVDs;
     # 3: the PPMI and directional-PPMI spectra come from the statistics stage's SVDs; 4: the seed's
     # IMDB example reviews are drawn for IMDB only; 5: the CKA figure's title names a text corpus's documents;
     # 6: the learned kernel is exp(q·k/√d) for every pair (it took the causal mask's pairs as the smallest score);
     # 7: a heatmap without learned heads (--no-models) is titled as the projection's alone, with "learned_heads"
-    d, _ = stage_dir("analysis", {"version": 7, "data": data.key, "stats": stats.key,
+    return stage_dir("analysis", {"version": 7, "data": data.key, "stats": stats.key,
                                   "sizes": dataclasses.asdict(sizes),
                                   "models": {n: m.checkpoint.parent.name for n, m in models.items()}})
+
+
+def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, device, cache: bool = True) -> dict:
+    """:func:`analyse`, cached like every other stage: its numbers, figures and GraphML files are
+    kept in the stage directory and copied into the run directory."""
+    from distattn.atomic import atomic_dir
+    from distattn.compare.stages import load_entry
+    d, _ = analysis_dir(data, stats, models, sizes)
     if not cache:               # recompute: this run's analysis, never an entry a cached run left there
         return json.loads(json.dumps(jsonable(analyse(run_dir, data, stats, models, sizes, device))))
     result = None

@@ -72,6 +72,7 @@ class Data:
     clf_test: EncodedCorpus | None
     key: str = ""
     describe: dict = field(default_factory=dict)
+    source: dict = field(default_factory=dict)   # what the tokens came from: the corpus's fingerprint() (config.json)
 
 
 def load_data(cfg, sizes, progress: bool = True) -> Data:
@@ -151,7 +152,7 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
     data = Data(vocab=vocab, stat_neg=neg.tokens.take(stat_idx), val_neg=neg.tokens.take(val_idx).truncate(sizes.eval_len),
                 test_neg=neg.tokens.take(eval_idx).truncate(sizes.eval_len),
                 test_unk=unk.tokens.take(eval_idx).truncate(sizes.eval_len), lm_neg=neg.tokens.take(lm_idx),
-                clf_train=clf_train, clf_test=clf_test)
+                clf_train=clf_train, clf_test=clf_test, source=tc.source)
     data.key = config_hash({"tokens": tc.source, "seed": cfg.seed, "vocab": vocab.fingerprint(),
                             "stat": _ids_hash(stat_idx), "val": _ids_hash(val_idx), "eval": _ids_hash(eval_idx),
                             "lm": _ids_hash(lm_idx), "eval_len": sizes.eval_len,
@@ -285,12 +286,17 @@ PROJECTION_ROWS = [
 ]
 
 
+def projection_dir(data: Data, stats: Stats, sizes, device) -> tuple[Path, str]:
+    """The projection stage's entry and key."""
+    # the device is in the key, as in the model stages: a GPU scores in other batches and precision
+    return stage_dir("projection", {"data": data.key, "stats": stats.key, "asym_rank": sizes.asym_rank,
+                                    "heads": list(sizes.heads), "device": device.type})
+
+
 def stage_projection(data: Data, stats: Stats, sizes, device, cache: bool = True, progress=None) -> list[dict]:
     """Next-token rows for the n-gram baselines and the projection variants (τ fitted on the
     validation docs, evaluated on the test docs)."""
-    # the device is in the key, as in the model stages: a GPU scores in other batches and precision
-    d, _ = stage_dir("projection", {"data": data.key, "stats": stats.key, "asym_rank": sizes.asym_rank,
-                                    "heads": list(sizes.heads), "device": device.type})
+    d, _ = projection_dir(data, stats, sizes, device)
     if cache and (d / "rows.json").exists() and \
             (rows := load_entry(d, lambda: json.loads((d / "rows.json").read_text()))) is not None:
         return rows
@@ -371,6 +377,7 @@ class Trained:
     model: object
     metrics: dict
     checkpoint: Path
+    key: str = ""           # the stage entry's (config.json's stage_keys)
 
 
 def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, evaluate=None) -> Trained:
@@ -378,7 +385,7 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     ``checkpoint.pt`` while training, then ``model.pt`` and ``done.json``."""
     from distattn.train import Trainer, load_model, save_model
     key_material = dict(key_material, train=train_cfg.fingerprint())
-    d, _ = stage_dir(f"train-{name}", key_material)
+    d, key = stage_dir(f"train-{name}", key_material)
     def load_trained():
         try:
             model = load_model(d / "model.pt")
@@ -388,7 +395,7 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
             if "PytorchStreamReader" not in str(exc) and "corrupt file" not in str(exc):
                 raise
             raise ValueError(f"{d / 'model.pt'} is damaged: {exc}") from None
-        return Trained(name, model, json.loads((d / "done.json").read_text()), d / "model.pt")
+        return Trained(name, model, json.loads((d / "done.json").read_text()), d / "model.pt", key)
     if cache and (d / "done.json").exists() and \
             (trained := load_entry(d, load_trained, (pickle.UnpicklingError,))) is not None:
         return trained
@@ -405,7 +412,7 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
         metrics.update(evaluate(model))
     save_model(model, d / "model.pt")
     write_json(d / "done.json", metrics)
-    return Trained(name, model, metrics, d / "model.pt")
+    return Trained(name, model, metrics, d / "model.pt", key)
 
 
 def _lm_steps(sizes, steps_per_epoch: int) -> int | None:
