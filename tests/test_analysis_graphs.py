@@ -132,6 +132,31 @@ def test_graphml_refuses_a_label_xml_cannot_hold(tmp_path, token):
     with pytest.raises(ValueError, match=r"node .* cannot be stored in GraphML"):
         write_graphml(H, tmp_path / "bad.graphml")
 
+@pytest.mark.parametrize("where", ["node", "edge", "graph"])
+def test_graphml_refuses_an_attribute_name_xml_cannot_hold(tmp_path, where):
+    # the name goes into <key attr.name=...> as is: the file was written and read_graphml refused it
+    G = nx.DiGraph()
+    G.add_edge("a", "b")
+    {"node": G.nodes["a"], "edge": G.edges["a", "b"], "graph": G.graph}[where]["w\x00"] = 1.0
+    with pytest.raises(ValueError, match=r"attribute name 'w\\x00' holds the character .* cannot be stored"):
+        write_graphml(G, tmp_path / "bad.graphml")
+    assert not (tmp_path / "bad.graphml").exists()
+
+
+def test_graphml_refuses_two_attribute_names_that_would_share_a_name(tmp_path):
+    # 5 and "5" were both written as attr.name "5": reading the file back kept only one of the values
+    G = nx.DiGraph()
+    G.add_node("a", **{"5": 2.0})
+    G.nodes["a"][5] = 1.0
+    with pytest.raises(ValueError, match=r"attributes '5' and 5 would both be written as GraphML attribute '5'"):
+        write_graphml(G, tmp_path / "clash.graphml")
+    assert not (tmp_path / "clash.graphml").exists()
+    G.nodes["a"][(1, 2)] = 3.0                      # a name that is not a string, but unique, is written as str()
+    del G.nodes["a"][5]
+    write_graphml(G, tmp_path / "ok.graphml")
+    assert nx.read_graphml(tmp_path / "ok.graphml").nodes["a"] == {"5": 2.0, "(1, 2)": 3.0}
+
+
 # --------------------------------------------------------------------------- PPMI sense communities
 
 WORDS = ["bank", "river", "water", "shore", "flood", "loan", "money", "deposit", "credit", "the", "of"]

@@ -140,17 +140,22 @@ def _graphml_safe(G):
     import networkx as nx
 
     def clean(d, where):
-        out = {}
+        out, owner = {}, {}
         for k, v in d.items():
             if v is None:
                 continue
+            name = _xml_text(str(k), f"{where}'s attribute name")   # written as str(k), read back as a string
+            if name in owner:
+                raise ValueError(f"{where}'s attributes {owner[name]!r} and {k!r} would both be written as GraphML "
+                                 f"attribute {name!r}; rename one of them")
+            owner[name] = k
             if isinstance(v, np.generic):
                 v = v.item()
             if not isinstance(v, (str, int, float, bool)):
                 v = str(v)
             if isinstance(v, str):
                 _xml_text(v, f"{where}'s {k!r}")
-            out[k] = v
+            out[name] = v
         return out
 
     if G.is_multigraph():        # a DiGraph/Graph copy would merge parallel edges, keeping the last one's data
@@ -178,9 +183,10 @@ def _graphml_safe(G):
 
 def write_graphml(G, path: str | os.PathLike) -> None:
     """Write ``G`` as GraphML atomically (temporary file, then rename). Tuple node names such as
-    ``(layer, position)`` become ``"layer_position"``; numpy scalars become Python numbers. A name or
-    string value with a character XML 1.0 cannot hold (a control character such as ``"\\x00"``) is
-    refused with ``ValueError``."""
+    ``(layer, position)`` become ``"layer_position"``; numpy scalars become Python numbers; attribute
+    names become strings. A name, attribute name or string value with a character XML 1.0 cannot hold
+    (a control character such as ``"\\x00"``), or two attribute names with one string form (``5`` and
+    ``"5"``), is refused with ``ValueError``."""
     import networkx as nx
 
     with atomic_path(path, suffix=".graphml") as tmp:
