@@ -157,6 +157,28 @@ def test_graphml_refuses_two_attribute_names_that_would_share_a_name(tmp_path):
     assert nx.read_graphml(tmp_path / "ok.graphml").nodes["a"] == {"5": 2.0, "(1, 2)": 3.0}
 
 
+def test_graphml_refuses_multigraph_edge_keys_it_cannot_keep_apart(tmp_path):
+    # a key is written as the edge's id, str(key): 1 and "1" between the same nodes were one id, and
+    # read_graphml kept only one of the two edges; a key with "\x00" gave a file read_graphml refused
+    G = nx.MultiDiGraph()
+    G.add_edge("a", "b", key=1, weight=0.25)
+    G.add_edge("a", "b", key="1", weight=0.75)
+    with pytest.raises(ValueError, match=r"edges 'a' -> 'b' with keys 1 and '1' would both be written as GraphML"):
+        write_graphml(G, tmp_path / "clash.graphml")
+    G = nx.MultiDiGraph()
+    G.add_edge("a", "b", key="k\x00", weight=0.25)
+    G.add_edge("a", "b", key="j", weight=0.75)
+    with pytest.raises(ValueError, match=r"key 'k\\x00' holds the character .* cannot be stored in GraphML"):
+        write_graphml(G, tmp_path / "bad.graphml")
+    assert not list(tmp_path.iterdir())
+    G = nx.MultiDiGraph()                            # the same key on different node pairs is fine
+    G.add_edge("a", "b", key=1)
+    G.add_edge("a", "c", key="1")
+    G.add_edge("a", "c", key=2)
+    write_graphml(G, tmp_path / "ok.graphml")
+    assert nx.read_graphml(tmp_path / "ok.graphml").number_of_edges() == 3
+
+
 # --------------------------------------------------------------------------- PPMI sense communities
 
 WORDS = ["bank", "river", "water", "shore", "flood", "loan", "money", "deposit", "credit", "the", "of"]

@@ -174,6 +174,14 @@ def _graphml_safe(G):
         _xml_text(str(name), "node")
     H.add_nodes_from((names[n], clean(d, f"node {n!r}")) for n, d in G.nodes(data=True))
     if G.is_multigraph():
+        ids = {}
+        for a, b, k in G.edges(keys=True):     # the key is written as the edge's id, str(k)
+            _xml_text(str(k), f"edge {a!r} -> {b!r}'s key")
+            pair = (str(names[a]), str(names[b])) if G.is_directed() else frozenset((str(names[a]), str(names[b])))
+            if (pair, str(k)) in ids:          # read_graphml keeps one of the parallel edges with one id
+                raise ValueError(f"edges {a!r} -> {b!r} with keys {ids[pair, str(k)]!r} and {k!r} would both be "
+                                 f"written as GraphML edge id {str(k)!r}; rename one of the keys")
+            ids[pair, str(k)] = k
         H.add_edges_from((names[a], names[b], k, clean(d, f"edge {a!r} -> {b!r}"))
                          for a, b, k, d in G.edges(keys=True, data=True))
     else:
@@ -184,9 +192,9 @@ def _graphml_safe(G):
 def write_graphml(G, path: str | os.PathLike) -> None:
     """Write ``G`` as GraphML atomically (temporary file, then rename). Tuple node names such as
     ``(layer, position)`` become ``"layer_position"``; numpy scalars become Python numbers; attribute
-    names become strings. A name, attribute name or string value with a character XML 1.0 cannot hold
-    (a control character such as ``"\\x00"``), or two attribute names with one string form (``5`` and
-    ``"5"``), is refused with ``ValueError``."""
+    names become strings. A name, attribute name, multigraph edge key or string value with a character
+    XML 1.0 cannot hold (a control character such as ``"\\x00"``), or two attribute names, or two keys
+    of parallel edges, with one string form (``5`` and ``"5"``), is refused with ``ValueError``."""
     import networkx as nx
 
     with atomic_path(path, suffix=".graphml") as tmp:
