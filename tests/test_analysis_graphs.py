@@ -179,6 +179,18 @@ def test_graphml_refuses_multigraph_edge_keys_it_cannot_keep_apart(tmp_path):
     assert nx.read_graphml(tmp_path / "ok.graphml").number_of_edges() == 3
 
 
+def test_graphml_keeps_a_carriage_return_in_a_string_value(tmp_path):
+    # ElementTree writes "\r" in element text as is, and XML end-of-line handling reads it back as "\n"
+    toks = ["a\rb", "c\r\nd", "e\nf"]
+    G = attention_graph(np.eye(3), tokens=toks)
+    G.graph["note"] = "x\ry"
+    G.add_edge(0, 1, weight=0.5, label="p\rq")
+    write_graphml(G, tmp_path / "cr.graphml")
+    H = nx.read_graphml(tmp_path / "cr.graphml", node_type=int)
+    assert [H.nodes[k]["token"] for k in range(3)] == toks
+    assert H.graph["note"] == "x\ry" and H.edges[0, 1]["label"] == "p\rq"
+
+
 # --------------------------------------------------------------------------- PPMI sense communities
 
 WORDS = ["bank", "river", "water", "shore", "flood", "loan", "money", "deposit", "credit", "the", "of"]

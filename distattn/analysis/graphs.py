@@ -25,6 +25,7 @@ shows one community per sense.
 
 from __future__ import annotations
 
+import io
 import numbers
 import os
 import re
@@ -194,11 +195,16 @@ def write_graphml(G, path: str | os.PathLike) -> None:
     ``(layer, position)`` become ``"layer_position"``; numpy scalars become Python numbers; attribute
     names become strings. A name, attribute name, multigraph edge key or string value with a character
     XML 1.0 cannot hold (a control character such as ``"\\x00"``), or two attribute names, or two keys
-    of parallel edges, with one string form (``5`` and ``"5"``), is refused with ``ValueError``."""
+    of parallel edges, with one string form (``5`` and ``"5"``), is refused with ``ValueError``. A
+    ``"\\r"`` in a string value is kept (written as ``&#13;``; as is, it would read back as ``"\\n"``)."""
     import networkx as nx
 
+    buf = io.BytesIO()
+    nx.write_graphml(_graphml_safe(G), buf)
+    # ElementTree writes a "\r" in element text as is, and XML end-of-line handling reads it back as
+    # "\n"; a raw CR can only come from text (attributes have it as &#13; already), so write it as &#13;
     with atomic_path(path, suffix=".graphml") as tmp:
-        nx.write_graphml(_graphml_safe(G), tmp)
+        tmp.write_bytes(buf.getvalue().replace(b"\r", b"&#13;"))
 
 
 # --------------------------------------------------------------------------- PPMI graphs
