@@ -1070,6 +1070,23 @@ def test_load_model_names_a_file_with_weights_but_no_model_config(tmp_path):
             load_model(tmp_path / "weights.pt", model)
 
 
+def test_load_checkpoint_checks_the_model_config_whatever_else_it_is_asked_to_check(tmp_path):
+    """expected_fingerprint={"train": ...} compared the training settings only: a checkpoint of a model with
+    other n_heads (same parameter shapes) was loaded into this one without a word, as plain
+    load_state_dict does."""
+    docs, y = toy_docs(16)
+    task = ClassificationTask(ClassificationData(docs, y, max_len=16))
+    cfg = quiet(epochs=1, batch_size=8)
+    Trainer(tiny_classifier(), task, cfg, out_dir=tmp_path).fit()
+    other = TransformerClassifier(seed_classifier_config(vocab_size=V, d_model=16, d_ff=32, n_heads=4, head_hidden=8,
+                                                         max_len=16, init="gpt2"))
+    before = {k: v.clone() for k, v in other.state_dict().items()}
+    with pytest.raises(CheckpointMismatchError, match=r"model.n_heads: checkpoint 2, this run 4"):
+        load_checkpoint(tmp_path / "checkpoint.pt", other, expected_fingerprint={"train": cfg.fingerprint()})
+    assert all(torch.equal(v, before[k]) for k, v in other.state_dict().items())
+    load_checkpoint(tmp_path / "checkpoint.pt", tiny_classifier(), expected_fingerprint={"train": cfg.fingerprint()})
+
+
 @pytest.mark.parametrize("select_on", ["val/loss", "val/accuracy"])
 def test_a_nan_selected_metric_does_not_stay_the_best_epoch(tmp_path, select_on):
     """NaN compares False with everything: an epoch-1 value of NaN stayed "best" (and best.pt its weights)

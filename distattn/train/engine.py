@@ -319,11 +319,12 @@ def load_model(path, model: nn.Module | None = None) -> nn.Module:
 def load_checkpoint(path, model: nn.Module, expected_fingerprint: dict | None = None) -> dict:
     """Load a training checkpoint's weights into ``model`` after checking its fingerprint against
     ``expected_fingerprint`` (parts of :meth:`Trainer.fingerprint`: ``{"model": ..., "train":
-    TrainConfig.fingerprint(), ...}``; by default the model's config only)."""
+    TrainConfig.fingerprint(), ...}``); the model's config is checked too unless ``expected_fingerprint``
+    names another ``"model"`` (a config such as n_heads changes no weight shape)."""
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or "fingerprint" not in ckpt:
         raise ValueError(f"{path} is not a distattn training checkpoint (format {CHECKPOINT_FORMAT})")
-    expected = expected_fingerprint or {"model": _model_config(model)}
+    expected = {"model": _model_config(model), **(expected_fingerprint or {})}
     found = {k: _without_runtime(ckpt["fingerprint"]).get(k) for k in expected}
     check_fingerprint(found, _without_runtime(expected), path)
     _unwrap(model).load_state_dict(ckpt["model"])
