@@ -509,3 +509,61 @@ def test_factored_matrix_times_a_vector_is_the_dense_vector_per_head():
     np.testing.assert_allclose(FactoredMatrix(left[0], right[0]) @ v, dense[0] @ v)
     with pytest.raises(ValueError, match="by a vector of length 5"):
         F @ w
+
+
+def _flat_then_decaying(n=400, k=20, seed=0):
+    """Top k singular values within 1 % of each other, then a slow decay from 0.95: a spectrum that
+    stays flat past k, where 7 power iterations do not converge."""
+    g = np.random.default_rng(seed)
+    s = np.concatenate([np.linspace(1.0, 0.99, k), np.linspace(0.95, 0.5, n - k)])
+    U, V = np.linalg.qr(g.standard_normal((n, n)))[0], np.linalg.qr(g.standard_normal((n, n)))[0]
+    return (U * s) @ V.T, U, s, V
+
+
+def test_randomized_spectrum_reports_its_inaccuracy_on_a_flat_spectrum_and_tol_recomputes():
+    """The randomized top-k is several % off where the spectrum stays flat past k, and said nothing
+    (its docstring promised an accurate k-th value). It now records max_rel_residual, which bounds
+    the distance to a true singular value, and tol recomputes with ARPACK."""
+    from distattn.analysis import max_rel_residual, top_singular_vectors
+    X, U, s, V = _flat_then_decaying()
+    k = 20
+    for A in (X, sp.csr_array(X)):
+        spec, u, vt = spectrum(A, k, return_vectors=True)
+        err = np.max(np.abs(spec.singular_values - s[:k]) / s[:k])
+        residual = spec.extra["max_rel_residual"]
+        assert err > 1e-2                                   # the case is a hard one
+        assert residual >= err                              # the bound holds (a true value is within it)
+        assert residual == pytest.approx(max_rel_residual(A, u, spec.singular_values, vt))
+        assert "recomputed" not in spec.extra
+        fixed, u2, _ = spectrum(A, k, return_vectors=True, tol=1e-3)
+        assert fixed.extra["recomputed"] == "arpack"
+        np.testing.assert_allclose(fixed.singular_values, s[:k], rtol=1e-6)
+        assert np.mean(np.cos(principal_angles(u2, U[:, :k])) ** 2) > 0.999
+        for side, exact in (("left", U), ("right", V)):
+            basis = top_singular_vectors(A, k, side, tol=1e-3)
+            assert np.mean(np.cos(principal_angles(basis, exact[:, :k])) ** 2) > 0.999
+            assert np.mean(np.cos(principal_angles(top_singular_vectors(A, k, side), exact[:, :k])) ** 2) < 0.99
+
+
+def test_randomized_spectrum_keeps_its_result_when_it_converged():
+    """A fast-decaying spectrum: the randomized values are accurate, the residual is small, and a
+    loose tol does not recompute."""
+    g = np.random.default_rng(1)
+    n, k = 300, 10
+    s = 0.5 ** np.arange(n, dtype=np.float64) + 1e-9
+    U, V = np.linalg.qr(g.standard_normal((n, n)))[0], np.linalg.qr(g.standard_normal((n, n)))[0]
+    X = (U * s) @ V.T
+    spec = spectrum(X, k, tol=1e-3)
+    assert spec.extra["max_rel_residual"] < 1e-3
+    assert "recomputed" not in spec.extra
+    np.testing.assert_allclose(spec.singular_values, s[:k], rtol=1e-3)
+
+
+def test_max_rel_residual_of_exact_triplets_is_zero_and_of_a_zero_spectrum_is_zero():
+    from distattn.analysis import max_rel_residual
+    X = np.diag([3.0, 2.0, 1.0])
+    u, s, vt = np.linalg.svd(X)
+    assert max_rel_residual(X, u, s, vt) < 1e-12
+    assert max_rel_residual(X, u, np.zeros(3), vt) == 0.0
+    # a wrong value: residual |3 - 2.7| / 2.7 on the first triplet
+    assert max_rel_residual(X, u, np.array([2.7, 2.0, 1.0]), vt) == pytest.approx(0.3 / 2.7)

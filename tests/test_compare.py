@@ -658,6 +658,10 @@ def test_test_documents_shorter_than_eight_tokens_skip_the_agreement_not_the_run
     assert "agreement_summary" not in analysis and "graph" not in analysis and "cka" not in analysis
     assert analysis["spectra"] and analysis["attention_pmi_correlation"]
     assert "no held-out document has 8 tokens" in caplog.text
+    # the randomized SVDs' accuracy is recorded beside their spectra (the embeddings' SVD is dense)
+    for name in ("S (counts)", "PPMI", "directional PPMI"):
+        assert 0 <= analysis["spectra"][name]["max_rel_residual"] < 1, name
+    assert "max_rel_residual" not in analysis["spectra"]["PPMI-SVD embeddings"]
 
 
 @pytest.mark.parametrize("positional", ["learned", "relative"])

@@ -40,12 +40,12 @@ from distattn.analysis.kernels import (center_gram, cka, cka_matrix, exponential
                                        linear_kernel, polynomial_kernel, projection_kernel, psd_check, rbf_cka,
                                        rbf_kernel, symmetrize)
 from distattn.analysis.spectra import (PowerLawFit, Spectrum, SubspaceAlignment, effective_rank, energy_fraction,
-                                       power_law_fit, principal_angles, spectrum, spectrum_summary, stable_rank,
+                                       max_rel_residual, power_law_fit, principal_angles, spectrum, spectrum_summary, stable_rank,
                                        subspace_alignment, top_singular_vectors)
 
 __all__ = [
     "FactoredMatrix", "as_factored",
-    "Spectrum", "spectrum", "effective_rank", "stable_rank", "energy_fraction", "PowerLawFit", "power_law_fit",
+    "Spectrum", "spectrum", "max_rel_residual", "effective_rank", "stable_rank", "energy_fraction", "PowerLawFit", "power_law_fit",
     "spectrum_summary", "top_singular_vectors", "principal_angles", "SubspaceAlignment", "subspace_alignment",
     "PMICorrelation", "qk_pmi_correlation", "qk_pmi_correlations", "circuit_spectra", "circuit_alignment", "top_frequent_ids",
     "attention_graph", "pagerank", "in_degree", "row_entropy", "spectral_gap", "graph_metrics", "write_graphml",

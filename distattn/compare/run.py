@@ -296,8 +296,9 @@ def analysis_dir(data: Data, stats, models: dict, sizes) -> tuple[Path, str]:
     # 3: the PPMI and directional-PPMI spectra come from the statistics stage's SVDs; 4: the seed's
     # IMDB example reviews are drawn for IMDB only; 5: the CKA figure's title names a text corpus's documents;
     # 6: the learned kernel is exp(q·k/√d) for every pair (it took the causal mask's pairs as the smallest score);
-    # 7: a heatmap without learned heads (--no-models) is titled as the projection's alone, with "learned_heads"
-    return stage_dir("analysis", {"version": 7, "data": data.key, "stats": stats.key,
+    # 7: a heatmap without learned heads (--no-models) is titled as the projection's alone, with "learned_heads";
+    # 8: the spectra of the randomized SVDs record max_rel_residual
+    return stage_dir("analysis", {"version": 8, "data": data.key, "stats": stats.key,
                                   "sizes": dataclasses.asdict(sizes),
                                   "models": {n: m.checkpoint.parent.name for n, m in models.items()}})
 
@@ -368,7 +369,10 @@ def _stored_spectrum(svd, X, k: int, name: str):
     if k > svd.rank:
         raise ValueError(f"the stored SVD of {name} holds {svd.rank} triplets; the spectrum needs {k}")
     spec = A.Spectrum(np.asarray(svd.s[:k], dtype=np.float64), svd.frobenius_sq, X.shape, k < min(X.shape), name)
-    return spec, np.asarray(svd.u[:, :k], dtype=np.float64), np.asarray(svd.vt[:k], dtype=np.float64)
+    u, vt = np.asarray(svd.u[:, :k], dtype=np.float64), np.asarray(svd.vt[:k], dtype=np.float64)
+    # the randomized SVD's accuracy, as spectrum() records it (metrics.json's spectra)
+    spec.extra["max_rel_residual"] = A.max_rel_residual(X, u, spec.singular_values, vt)
+    return spec, u, vt
 
 
 def analyse(run_dir: Path, data: Data, stats, models: dict, sizes, device) -> dict:
