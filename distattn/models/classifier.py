@@ -117,8 +117,10 @@ class TransformerClassifier(nn.Module):
     def load_trunk(self, source: nn.Module | dict, strict: bool = True) -> None:
         """Copy trunk weights from a pretrained model (one with a ``trunk``) or a trunk state_dict.
 
-        The trunk configs must agree on every shape-defining field; a mismatch raises ``ValueError``
-        naming the fields.
+        Given a model, the trunk configs must agree on every field that shapes the trunk or what it
+        computes (``n_heads`` and ``positional`` too, which change no weight shape); a mismatch raises
+        ``ValueError`` naming the fields. A plain state_dict carries no config: only its keys and
+        shapes are checked (``load_state_dict``), so a trunk with another ``n_heads`` loads silently.
         """
         if isinstance(source, nn.Module):
             if not isinstance(getattr(source, "trunk", None), Transformer):
