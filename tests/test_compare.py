@@ -976,3 +976,44 @@ def test_config_json_records_which_data_was_read_and_the_stage_keys(tmp_path, ca
     assert code == 0, err
     config = json.loads((next((tmp_path / "p").iterdir()) / "config.json").read_text())
     assert config["corpus_fingerprint"]["corpus"] == "paper" and config["stage_keys"] == {}
+
+
+def test_a_trained_model_edited_in_place_through_the_run_directory_is_retrained_not_served(tmp_path, monkeypatch,
+                                                                                          caplog):
+    """A run directory's checkpoints/NAME.pt is a hard link to the cache's model.pt: a weight changed in
+    that file in place (a user's edit, a bit flipped on disk) changed the cached model too, and torch.load
+    checks no CRC, so every later run loaded the damaged weights without a word."""
+    import torch
+
+    from distattn.compare import stages
+    from distattn.corpus import RaggedIds
+    from distattn.models import LMConfig, TransformerLM
+    from distattn.train import LMData, LMTask, seed_everything
+    from distattn.train.recipes import lm_train_config
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    data = LMData(RaggedIds.from_sequences([rng.integers(2, 50, size=40) for _ in range(20)]), seq_len=16)
+
+    def train():
+        seed_everything(0)
+        model = TransformerLM(LMConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, max_len=16))
+        tcfg = lm_train_config(epochs=1, batch_size=8, device="cpu", progress=False, warmup_steps=2)
+        return stages._train("lm", model, LMTask(data, {}), tcfg, {"test": 1}, cache=True)
+
+    first = train()
+    weights = {k: v.clone() for k, v in first.model.state_dict().items()}
+    run_copy = tmp_path / "run" / "checkpoints" / "lm.pt"
+    run_copy.parent.mkdir(parents=True)
+    os.link(first.checkpoint, run_copy)
+    blob = bytearray(run_copy.read_bytes())
+    at = blob.find(weights["lm_head.weight"].numpy().tobytes()[:64])
+    assert at > 0
+    blob[at + 2] ^= 0x01                            # one weight's mantissa: still a valid file
+    with open(run_copy, "r+b") as fh:              # in place: the cache's model.pt is the same file
+        fh.write(blob)
+    again = train()
+    assert f"ignoring damaged cache entry {first.checkpoint.parent}" in caplog.text
+    assert all(torch.equal(again.model.state_dict()[k], weights[k]) for k in weights)
+    caplog.clear()
+    cached = train()                                # the recomputed entry loads, its metrics as written
+    assert "damaged" not in caplog.text and cached.metrics == again.metrics

@@ -382,13 +382,32 @@ class Trained:
     key: str = ""           # the stage entry's (config.json's stage_keys)
 
 
+def _weights_sha256(model) -> str:
+    """A sha256 of ``model``'s state dict (names, dtypes, shapes and bytes). Of the weights, not of the
+    file: two saves of the same weights differ (torch writes a random serialization id)."""
+    import hashlib
+
+    import torch
+    h = hashlib.sha256()
+    for k, v in sorted(model.state_dict().items()):
+        if hasattr(v, "detach"):
+            t = v.detach().cpu().contiguous().reshape(-1)
+            h.update(f"{k}:{t.dtype}:{tuple(v.shape)}\n".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, evaluate=None) -> Trained:
     """Train (or load) one model. The stage directory holds the trainer's resumable
-    ``checkpoint.pt`` while training, then ``model.pt`` and ``done.json``."""
+    ``checkpoint.pt`` while training, then ``model.pt`` and ``done.json`` (with the weights'
+    sha256, checked on load: the run directory's hard link to model.pt lets an edit there, or a bit
+    flipped on disk, change the weights, and torch.load checks no CRC)."""
     from distattn.train import Trainer, load_model, save_model
     key_material = dict(key_material, train=train_cfg.fingerprint())
     d, key = stage_dir(f"train-{name}", key_material)
     def load_trained():
+        metrics = json.loads((d / "done.json").read_text())
+        digest = metrics.pop("weights_sha256", None)        # an entry written before it was recorded: none
         try:
             model = load_model(d / "model.pt")
         except RuntimeError as exc:
@@ -397,7 +416,10 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
             if "PytorchStreamReader" not in str(exc) and "corrupt file" not in str(exc):
                 raise
             raise ValueError(f"{d / 'model.pt'} is damaged: {exc}") from None
-        return Trained(name, model, json.loads((d / "done.json").read_text()), d / "model.pt", key)
+        if digest is not None and _weights_sha256(model) != digest:
+            raise ValueError(f"{d / 'model.pt'} is damaged: its weights' sha256 differs from the one done.json "
+                             f"records")
+        return Trained(name, model, metrics, d / "model.pt", key)
     if cache and (d / "done.json").exists() and \
             (trained := load_entry(d, load_trained, (pickle.UnpicklingError,))) is not None:
         return trained
@@ -413,7 +435,7 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     if evaluate is not None:
         metrics.update(evaluate(model))
     save_model(model, d / "model.pt")
-    write_json(d / "done.json", metrics)
+    write_json(d / "done.json", {**metrics, "weights_sha256": _weights_sha256(model)})
     return Trained(name, model, metrics, d / "model.pt", key)
 
 
