@@ -948,6 +948,19 @@ def test_a_paper_run_records_no_profile_sizes_since_it_uses_none(tmp_path, capsy
     assert "profile <b>" not in (run_dir / "report.html").read_text()
 
 
+def test_a_paper_run_records_no_seed_since_it_ignores_it(tmp_path, capsys):
+    """--corpus paper ignores --seed (and warns so), yet its config.json recorded the seed and the
+    report header showed "seed 3", as if it had applied; null there now, left out of the header."""
+    code, out, err = run_cli(["--corpus", "paper", "--seed", "3", "--out", str(tmp_path / "runs"), "-q"], capsys)
+    assert code == 0, err
+    run_dir = next((tmp_path / "runs").iterdir())
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["seed"] is None
+    assert config["config"]["seed"] == 3                            # the option as given
+    header = (run_dir / "report.html").read_text().split("<h1>")[1].split("</p>")[0]
+    assert "corpus <b>paper</b>" in header and "seed" not in header          # it said "· seed 3 ·"
+
+
 def test_config_json_records_which_data_was_read_and_the_stage_keys(tmp_path, capsys, monkeypatch):
     """config.json recorded the options, versions, seed and git hash but not which data was read: two
     runs of one --path whose file was edited between them wrote the same config.json. It now records

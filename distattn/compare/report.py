@@ -111,8 +111,9 @@ def write_report(run_dir: Path, env: dict, metrics: dict) -> Path:
              f"<h1>Is learned attention projected co-occurrence?</h1><p class='muted'>corpus "
              f"<b>{html.escape(env['config']['corpus'])}</b> · "
              + (f"profile <b>{env['profile']}</b> · " if env.get("profile") is not None else "")   # none: --corpus paper
-             + "device "
-             f"{html.escape(env['device'])} · seed {env['seed']} · distattn {env['versions']['distattn']} · git "
+             + f"device {html.escape(env['device'])} · "
+             + (f"seed {env['seed']} · " if env.get("seed") is not None else "")      # none: --corpus paper
+             + f"distattn {env['versions']['distattn']} · git "
              f"{html.escape(str(env.get('git_hash'))[:10])}{' with uncommitted changes' if env.get('git_dirty') else ''} · total {metrics['timings_s'].get('total', 0):.0f} s</p>"]
     hl = headline(metrics)
     if hl:

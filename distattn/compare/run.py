@@ -55,7 +55,8 @@ def make_run_dir(out: str, corpus: str) -> Path:
 
 def environment(cfg: CompareConfig, profile: str, sizes, device, command: str | None = None) -> dict:
     """What config.json records; ``command``: the command line of the run (default: this process's).
-    ``profile`` and ``sizes``: None for ``--corpus paper``, which uses neither."""
+    ``profile`` and ``sizes``: None for ``--corpus paper``, which uses neither; so is ``seed`` there
+    (``--seed`` is ignored; ``config`` keeps the option as given)."""
     import dataclasses
 
     import networkx
@@ -93,7 +94,8 @@ def environment(cfg: CompareConfig, profile: str, sizes, device, command: str | 
     paths = {k: str(Path(v).expanduser().resolve()) for k in ("path", "data_dir", "out")
              if (v := getattr(cfg, k)) is not None}
     return {"config": dataclasses.asdict(cfg), "resolved_paths": paths, "profile": profile,
-            "sizes": None if sizes is None else dataclasses.asdict(sizes), "device": str(device), "seed": cfg.seed, "versions": versions, "git_hash": git_hash,
+            "sizes": None if sizes is None else dataclasses.asdict(sizes), "device": str(device),
+            "seed": None if cfg.corpus == "paper" else cfg.seed, "versions": versions, "git_hash": git_hash,
             "git_dirty": git_dirty,
             # which data was read and the stage entries built on it: filled in once the stages ran
             "corpus_fingerprint": None, "stage_keys": None,
