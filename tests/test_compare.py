@@ -1030,3 +1030,42 @@ def test_a_trained_model_edited_in_place_through_the_run_directory_is_retrained_
     caplog.clear()
     cached = train()                                # the recomputed entry loads, its metrics as written
     assert "damaged" not in caplog.text and cached.metrics == again.metrics
+
+
+def _small_imdb_archive(path, per_folder=30, seed=0):
+    """An aclImdb_v1.tar.gz of ``per_folder`` reviews in each of the five folders (read with
+    EXPECTED_COUNTS patched to match): the synthetic two-topic documents of synthetic_jsonl."""
+    import io
+    import tarfile
+    rng = np.random.default_rng(seed)
+    common = "the a of and to is was it this film movie".split()
+    topics = {"pos": "great wonderful loved superb fun brilliant charming".split(),
+              "neg": "awful boring hated dull terrible waste poor".split()}
+    topics["unsup"] = topics["pos"] + topics["neg"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tf:
+        for top, sub in (("train", "pos"), ("train", "neg"), ("train", "unsup"), ("test", "pos"), ("test", "neg")):
+            for i in range(per_folder):
+                words = [rng.choice(topics[sub]) if rng.random() < 0.35 else rng.choice(common)
+                         for _ in range(rng.integers(20, 50))]
+                blob = " ".join(words).encode()
+                info = tarfile.TarInfo(f"aclImdb/{top}/{sub}/{i}_{0 if sub == 'unsup' else 8}.txt")
+                info.size = len(blob)
+                tf.addfile(info, io.BytesIO(blob))
+    return path
+
+
+def test_config_json_records_which_imdb_archive_was_read_when_no_data_dir_was_given(tmp_path, capsys, monkeypatch):
+    """resolved_paths recorded --data-dir when given; an archive found through $DISTATTN_DATA_DIR (or
+    in the cache) was named nowhere in config.json, only by its sha256. It now records the archive read."""
+    from distattn.corpus import imdb
+    monkeypatch.setattr(imdb, "EXPECTED_COUNTS", dict.fromkeys(imdb.EXPECTED_COUNTS, 30))
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    archive = _small_imdb_archive(tmp_path / "data" / "aclImdb_v1.tar.gz")
+    monkeypatch.setenv("DISTATTN_DATA_DIR", str(tmp_path / "data"))
+    code, out, err = run_cli(["--corpus", "imdb", "--max-docs", "20", "--no-models", "--profile", "quick",
+                              "--out", str(tmp_path / "runs"), "-q", "--device", "cpu"], capsys)
+    assert code == 0, err
+    config = json.loads((next((tmp_path / "runs").iterdir()) / "config.json").read_text())
+    assert "data_dir" not in config["resolved_paths"]                  # not given
+    assert config["resolved_paths"]["archive"] == str(archive.resolve())

@@ -220,6 +220,8 @@ def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache
             "data": data.key, "statistics": stats.key, "projection": projection_dir(data, stats, sizes, device)[1],
             "models": {name: m.key for name, m in models.items()},
             "analysis": analysis_dir(data, stats, models, sizes)[1]})
+        if data.archive is not None:    # where --data-dir, $DISTATTN_DATA_DIR or the cache led (or the download)
+            env["resolved_paths"]["archive"] = data.archive
         write_json(run_dir / "config.json", jsonable(env))
     timings["total"] = round(time.perf_counter() - t0, 3)
     write_json(run_dir / "metrics.json", jsonable(metrics))

@@ -73,6 +73,7 @@ class Data:
     key: str = ""
     describe: dict = field(default_factory=dict)
     source: dict = field(default_factory=dict)   # what the tokens came from: the corpus's fingerprint() (config.json)
+    archive: str | None = None      # IMDB: the archive read, wherever it was found (config.json's resolved_paths)
 
 
 def load_data(cfg, sizes, progress: bool = True) -> Data:
@@ -84,7 +85,8 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
     they are left out of every set, and the minimum of 20 documents counts only the others."""
     kwargs = {"path": cfg.path} if cfg.corpus == "text" else \
         {"data_dir": cfg.data_dir, "progress": progress, "split": "train+test+unsup"}
-    tc = tokenize_corpus(get_corpus(cfg.corpus, **kwargs), progress=progress)
+    corpus = get_corpus(cfg.corpus, **kwargs)
+    tc = tokenize_corpus(corpus, progress=progress)
     rng = np.random.default_rng(cfg.seed)
     n = len(tc)
     clf_skipped = None          # why a text corpus trains no classifier, for the report
@@ -152,7 +154,9 @@ def load_data(cfg, sizes, progress: bool = True) -> Data:
     data = Data(vocab=vocab, stat_neg=neg.tokens.take(stat_idx), val_neg=neg.tokens.take(val_idx).truncate(sizes.eval_len),
                 test_neg=neg.tokens.take(eval_idx).truncate(sizes.eval_len),
                 test_unk=unk.tokens.take(eval_idx).truncate(sizes.eval_len), lm_neg=neg.tokens.take(lm_idx),
-                clf_train=clf_train, clf_test=clf_test, source=tc.source)
+                clf_train=clf_train, clf_test=clf_test, source=tc.source,
+                # found by its fingerprint() above (--data-dir, $DISTATTN_DATA_DIR or the cache): not read again
+                archive=str(corpus.path.resolve()) if cfg.corpus == "imdb" else None)
     data.key = config_hash({"tokens": tc.source, "seed": cfg.seed, "vocab": vocab.fingerprint(),
                             "stat": _ids_hash(stat_idx), "val": _ids_hash(val_idx), "eval": _ids_hash(eval_idx),
                             "lm": _ids_hash(lm_idx), "eval_len": sizes.eval_len,
