@@ -212,6 +212,16 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def temp_dir(target: str | os.PathLike) -> Path:
+    """A new, empty directory beside ``target``, named as this process's temporaries for it, so that
+    a later atomic write there removes it once abandoned (module docstring); the caller removes it
+    when done. Abandoned temporaries in its directory are removed first."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _sweep(target.parent)
+    return Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".part", dir=target.parent))
+
+
 def jsonable(x: Any) -> Any:
     """``x`` as plain JSON values: numpy arrays and scalars become lists and Python numbers, paths
     strings, dict keys strings, and every non-finite float (NaN, inf; inside arrays too) ``None``,

@@ -1069,3 +1069,51 @@ def test_config_json_records_which_imdb_archive_was_read_when_no_data_dir_was_gi
     config = json.loads((next((tmp_path / "runs").iterdir()) / "config.json").read_text())
     assert "data_dir" not in config["resolved_paths"]                  # not given
     assert config["resolved_paths"]["archive"] == str(archive.resolve())
+
+
+def test_a_no_cache_run_leaves_the_cache_entry_another_run_uses_alone(tmp_path, monkeypatch):
+    """--no-cache removed the models-stage entry (shutil.rmtree) and trained in it: a cached run of the
+    same config that had finished the model and was yet to link its model.pt into its run directory
+    (run.py does it after the last model) found no file, and one training in the entry lost its
+    checkpoint and best.pt. The no-cache run now trains in a directory of its own, then stores its
+    model in the entry as a cached run finishing would (the same command without --no-cache reuses it)."""
+    import torch
+
+    from distattn.compare import stages
+    from distattn.corpus import RaggedIds
+    from distattn.models import LMConfig, TransformerLM
+    from distattn.train import LMData, LMTask, Trainer, seed_everything
+    from distattn.train.recipes import lm_train_config
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    data = LMData(RaggedIds.from_sequences([rng.integers(2, 50, size=40) for _ in range(20)]), seq_len=16)
+
+    def train(cache):
+        seed_everything(0)
+        model = TransformerLM(LMConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, max_len=16))
+        tcfg = lm_train_config(epochs=1, batch_size=8, device="cpu", progress=False, warmup_steps=2)
+        return stages._train("lm", model, LMTask(data, {}), tcfg, {"test": 1}, cache=cache)
+
+    first = train(cache=True)                       # the other run's model, not yet linked into its run directory
+    entry = first.checkpoint.parent
+    before = {p.name: p.read_bytes() for p in entry.iterdir()}
+    seen, fit = [], Trainer.fit
+
+    def fit_and_look(self):
+        # while the no-cache run trains, the other run links its model.pt (run.py's os.link)
+        dst = tmp_path / "run" / "checkpoints" / "lm.pt"
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.link(first.checkpoint, dst)
+        seen.append((self.out_dir != entry, {p.name: p.read_bytes() for p in entry.iterdir()} == before))
+        return fit(self)
+    monkeypatch.setattr(Trainer, "fit", fit_and_look)
+    again = train(cache=False)
+    assert seen == [(True, True)]                   # its own directory; the entry untouched meanwhile
+    assert again.checkpoint == first.checkpoint and again.key == first.key
+    weights = first.model.state_dict()
+    assert all(torch.equal(again.model.state_dict()[k], weights[k]) for k in weights)     # trained from scratch
+    assert not [p for p in entry.parent.iterdir() if p.name.endswith(".part")]             # its directory removed
+    monkeypatch.setattr(Trainer, "fit", fit)
+    cached = train(cache=True)                      # the entry loads: the no-cache run's model
+    assert cached.metrics == again.metrics and all(torch.equal(cached.model.state_dict()[k], weights[k])
+                                                   for k in weights)

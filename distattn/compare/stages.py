@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from distattn.atomic import atomic_dir, config_hash, write_json
+from distattn.atomic import atomic_dir, config_hash, temp_dir, write_json
 from distattn.corpus import EncodedCorpus, RaggedIds, Vocabulary, get_corpus, sha256_file, tokenize_corpus
 from distattn.paths import cache_dir
 
@@ -405,7 +405,13 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     """Train (or load) one model. The stage directory holds the trainer's resumable
     ``checkpoint.pt`` while training, then ``model.pt`` and ``done.json`` (with the weights'
     sha256, checked on load: the run directory's hard link to model.pt lets an edit there, or a bit
-    flipped on disk, change the weights, and torch.load checks no CRC)."""
+    flipped on disk, change the weights, and torch.load checks no CRC).
+
+    ``cache=False`` (``--no-cache``) trains from scratch in a directory of its own beside the entry,
+    never reading, resuming from or removing the entry: a cached run of the same config may be
+    training in it or loading it, or have yet to link its ``model.pt`` into its run directory. Its
+    ``model.pt`` and ``done.json`` are then stored in the entry as a cached run finishing writes
+    them, so that the same command without ``--no-cache`` reuses the model."""
     from distattn.train import Trainer, load_model, save_model
     key_material = dict(key_material, train=train_cfg.fingerprint())
     d, key = stage_dir(f"train-{name}", key_material)
@@ -427,15 +433,22 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     if cache and (d / "done.json").exists() and \
             (trained := load_entry(d, load_trained, (pickle.UnpicklingError,))) is not None:
         return trained
-    if not cache:               # recompute: neither the finished model nor a checkpoint to resume from
-        shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True, exist_ok=True)
-    t = time.perf_counter()
-    result = Trainer(model, task, train_cfg, out_dir=d).fit()
-    if train_cfg.save_best and (d / "best.pt").exists():      # keep the weights the metrics were selected on
-        load_model(d / "best.pt", model)
-    metrics = {"train_seconds": time.perf_counter() - t, "summary": result.get("summary", {}),
-               "history": result.get("history", []), "best": result.get("best")}
+    # recompute: neither the finished model nor a checkpoint to resume from, in a directory named as
+    # atomic.py names its temporaries (one a killed run leaves is swept). It once removed the entry
+    # and trained there, pulling the files from under a cached run of the same config
+    own = None if cache else temp_dir(d)
+    out = d if own is None else own
+    try:
+        t = time.perf_counter()
+        result = Trainer(model, task, train_cfg, out_dir=out).fit()
+        if train_cfg.save_best and (out / "best.pt").exists():      # keep the weights the metrics were selected on
+            load_model(out / "best.pt", model)
+        metrics = {"train_seconds": time.perf_counter() - t, "summary": result.get("summary", {}),
+                   "history": result.get("history", []), "best": result.get("best")}
+    finally:
+        if own is not None:
+            shutil.rmtree(own, ignore_errors=True)
     if evaluate is not None:
         metrics.update(evaluate(model))
     save_model(model, d / "model.pt")
