@@ -384,3 +384,29 @@ def test_sense_communities_refuses_a_resolution_that_is_not_a_number():
     # NaN gave each neighbour its own "community" (a negative modularity) without an error
     with pytest.raises(ValueError, match="resolution must be a finite real number"):
         sense_communities(_bank_ppmi(), "bank", k=5, words=WORDS, resolution=float("nan"))
+
+
+def test_graphml_refuses_an_id_attribute_it_would_lose(tmp_path):
+    # the graph's "id" was written as the <graph> element's id, which read_graphml does not read; a
+    # multigraph edge's "id" was read back as the edge's key (its GraphML id) when no two edges are
+    # parallel (read_graphml then returns a Graph and sets "id" from the file's edge ids)
+    G = nx.DiGraph(id="run 7")
+    G.add_edge("a", "b")
+    with pytest.raises(ValueError, match=r"the graph's attribute 'id' would be lost"):
+        write_graphml(G, tmp_path / "g.graphml")
+    for cls in (nx.MultiGraph, nx.MultiDiGraph):
+        M = cls()
+        M.add_edge("a", "b", key=0, id="e7", weight=0.5)
+        with pytest.raises(ValueError, match=r"edge 'a' -> 'b''s attribute 'id' would be lost"):
+            write_graphml(M, tmp_path / "m.graphml")
+    assert not list(tmp_path.iterdir())
+    M.add_edge("a", "b", key=1, id="e8")            # parallel edges: read back as a multigraph, ids kept
+    write_graphml(M, tmp_path / "m.graphml")
+    assert sorted(d["id"] for *_, d in nx.read_graphml(tmp_path / "m.graphml").edges(data=True)) == ["e7", "e8"]
+    # node and edge attributes named after GraphML's own attributes are data like any other: kept
+    G = nx.DiGraph(name="g")
+    G.add_node("a", id="n", key="k", source="s", target="t")
+    G.add_edge("a", "b", id="e", key="k", source="s", target="t")
+    write_graphml(G, tmp_path / "g.graphml")
+    H = nx.read_graphml(tmp_path / "g.graphml")
+    assert H.nodes["a"] == G.nodes["a"] and H.edges["a", "b"] == G.edges["a", "b"] and H.graph["name"] == "g"

@@ -140,12 +140,15 @@ def _graphml_safe(G):
     """Copy with plain Python attribute values (GraphML cannot store numpy scalars, tuples or None)."""
     import networkx as nx
 
-    def clean(d, where):
+    def clean(d, where, lost=None):
+        """``lost``: attribute names that read_graphml would not give back there, with why."""
         out, owner = {}, {}
         for k, v in d.items():
             if v is None:
                 continue
             name = _xml_text(str(k), f"{where}'s attribute name")   # written as str(k), read back as a string
+            if lost and name in lost:
+                raise ValueError(f"{where}'s attribute {k!r} would be lost ({lost[name]}); rename it")
             if name in owner:
                 raise ValueError(f"{where}'s attributes {owner[name]!r} and {k!r} would both be written as GraphML "
                                  f"attribute {name!r}; rename one of them")
@@ -163,7 +166,8 @@ def _graphml_safe(G):
         H = nx.MultiDiGraph() if G.is_directed() else nx.MultiGraph()
     else:
         H = nx.DiGraph() if G.is_directed() else nx.Graph()
-    H.graph.update(clean(G.graph, "the graph"))
+    H.graph.update(clean(G.graph, "the graph", {"id": "networkx writes it as the <graph> element's id, which "
+                                                      "read_graphml does not read"}))
     names = {n: (n if isinstance(n, (str, int)) else "_".join(map(str, n)) if isinstance(n, tuple) else str(n))
              for n in G.nodes}
     seen = {}
@@ -175,7 +179,7 @@ def _graphml_safe(G):
         _xml_text(str(name), "node")
     H.add_nodes_from((names[n], clean(d, f"node {n!r}")) for n, d in G.nodes(data=True))
     if G.is_multigraph():
-        ids = {}
+        ids, pairs = {}, set()
         for a, b, k in G.edges(keys=True):     # the key is written as the edge's id, str(k)
             _xml_text(str(k), f"edge {a!r} -> {b!r}'s key")
             pair = (str(names[a]), str(names[b])) if G.is_directed() else frozenset((str(names[a]), str(names[b])))
@@ -183,7 +187,12 @@ def _graphml_safe(G):
                 raise ValueError(f"edges {a!r} -> {b!r} with keys {ids[pair, str(k)]!r} and {k!r} would both be "
                                  f"written as GraphML edge id {str(k)!r}; rename one of the keys")
             ids[pair, str(k)] = k
-        H.add_edges_from((names[a], names[b], k, clean(d, f"edge {a!r} -> {b!r}"))
+            pairs.add(pair)
+        # without parallel edges read_graphml returns a Graph and sets each edge's "id" to its GraphML id
+        lost = None if len(pairs) < len(ids) else {
+            "id": "a multigraph edge's GraphML id is its key, and read_graphml, finding no parallel edges, reads "
+                  "a Graph whose edges' 'id' is that key"}
+        H.add_edges_from((names[a], names[b], k, clean(d, f"edge {a!r} -> {b!r}", lost))
                          for a, b, k, d in G.edges(keys=True, data=True))
     else:
         H.add_edges_from((names[a], names[b], clean(d, f"edge {a!r} -> {b!r}")) for a, b, d in G.edges(data=True))
@@ -195,7 +204,11 @@ def write_graphml(G, path: str | os.PathLike) -> None:
     ``(layer, position)`` become ``"layer_position"``; numpy scalars become Python numbers; attribute
     names become strings. A name, attribute name, multigraph edge key or string value with a character
     XML 1.0 cannot hold (a control character such as ``"\\x00"``), or two attribute names, or two keys
-    of parallel edges, with one string form (``5`` and ``"5"``), is refused with ``ValueError``. A
+    of parallel edges, with one string form (``5`` and ``"5"``), is refused with ``ValueError``; so is an
+    attribute ``read_graphml`` would not give back: the graph's ``"id"`` (written as the ``<graph>``
+    element's id), and a multigraph edge's ``"id"`` when no edges are parallel (read back as a Graph
+    whose edges' ``"id"`` is their key). Node and edge attributes named ``id``, ``key``, ``source`` or
+    ``target`` are otherwise data like any other, and kept. A
     ``"\\r"`` in a string value is kept (written as ``&#13;``; as is, it would read back as ``"\\n"``)."""
     import networkx as nx
 
