@@ -410,3 +410,28 @@ def test_graphml_refuses_an_id_attribute_it_would_lose(tmp_path):
     write_graphml(G, tmp_path / "g.graphml")
     H = nx.read_graphml(tmp_path / "g.graphml")
     assert H.nodes["a"] == G.nodes["a"] and H.edges["a", "b"] == G.edges["a", "b"] and H.graph["name"] == "g"
+
+
+def test_graphml_writes_a_graph_read_from_graphml_with_its_attribute_defaults(tmp_path):
+    # read_graphml sets the graph's node_default and edge_default (dicts, {} without defaults) and
+    # networkx's writer takes them as the defaults of its GraphML attributes; made strings, they failed
+    # it with "AttributeError: 'str' object has no attribute 'get'": no graph read back could be written
+    write_graphml(attention_graph(_attention((4, 4)), tokens=list("abcd")), tmp_path / "a.graphml")
+    H = nx.read_graphml(tmp_path / "a.graphml")
+    assert H.graph == {"node_default": {}, "edge_default": {}}
+    write_graphml(H, tmp_path / "b.graphml")
+    B = nx.read_graphml(tmp_path / "b.graphml")
+    assert dict(B.nodes(data=True)) == dict(H.nodes(data=True)) and list(B.edges(data=True)) == list(H.edges(data=True))
+    G = nx.DiGraph(node_default={"color": "red"}, edge_default={"weight": np.float32(0.5)})
+    G.add_node("a", color="blue")
+    G.add_edge("a", "b", weight=0.25)
+    write_graphml(G, tmp_path / "c.graphml")
+    C = nx.read_graphml(tmp_path / "c.graphml")
+    assert C.graph == {"node_default": {"color": "red"}, "edge_default": {"weight": 0.5}}
+    G.graph["node_default"]["size"] = 3             # no node has a "size": its default had nowhere to go
+    with pytest.raises(ValueError, match=r"the graph's node_default 'size' would be lost"):
+        write_graphml(G, tmp_path / "d.graphml")
+    G.graph["node_default"] = "red"
+    with pytest.raises(ValueError, match=r"the graph's attribute 'node_default' would be lost"):
+        write_graphml(G, tmp_path / "d.graphml")
+    assert not (tmp_path / "d.graphml").exists()

@@ -166,8 +166,9 @@ def _graphml_safe(G):
         H = nx.MultiDiGraph() if G.is_directed() else nx.MultiGraph()
     else:
         H = nx.DiGraph() if G.is_directed() else nx.Graph()
-    H.graph.update(clean(G.graph, "the graph", {"id": "networkx writes it as the <graph> element's id, which "
-                                                      "read_graphml does not read"}))
+    defaults = ("node_default", "edge_default")     # not data: handled once the nodes and edges are in
+    H.graph.update(clean({k: v for k, v in G.graph.items() if k not in defaults}, "the graph",
+                         {"id": "networkx writes it as the <graph> element's id, which read_graphml does not read"}))
     names = {n: (n if isinstance(n, (str, int)) else "_".join(map(str, n)) if isinstance(n, tuple) else str(n))
              for n in G.nodes}
     seen = {}
@@ -196,6 +197,22 @@ def _graphml_safe(G):
                          for a, b, k, d in G.edges(keys=True, data=True))
     else:
         H.add_edges_from((names[a], names[b], clean(d, f"edge {a!r} -> {b!r}")) for a, b, d in G.edges(data=True))
+    # networkx writes these as the <default> of the nodes' (edges') GraphML attribute of each name, and
+    # read_graphml sets both ({} without defaults); made strings above, they failed networkx's writer
+    for kind, data in zip(defaults, (H.nodes.values(), [d for *_, d in H.edges(data=True)])):
+        value = G.graph.get(kind)
+        if value is None or isinstance(value, dict) and not value:
+            continue
+        what = kind.split("_")[0]
+        if not isinstance(value, dict):
+            raise ValueError(f"the graph's attribute {kind!r} would be lost (networkx takes it as the {what}s' "
+                             f"default attribute values, a dict, not a {type(value).__name__}); rename it")
+        default = clean(value, f"the graph's {kind}")
+        missing = sorted(set(default) - set().union(*map(set, data)))
+        if missing:
+            raise ValueError(f"the graph's {kind} {missing[0]!r} would be lost (networkx writes it as the default "
+                             f"of the {what}s' attribute of that name, and no {what} has one); remove it")
+        H.graph[kind] = default
     return H
 
 
@@ -208,7 +225,9 @@ def write_graphml(G, path: str | os.PathLike) -> None:
     attribute ``read_graphml`` would not give back: the graph's ``"id"`` (written as the ``<graph>``
     element's id), and a multigraph edge's ``"id"`` when no edges are parallel (read back as a Graph
     whose edges' ``"id"`` is their key). Node and edge attributes named ``id``, ``key``, ``source`` or
-    ``target`` are otherwise data like any other, and kept. A
+    ``target`` are otherwise data like any other, and kept. The graph's ``node_default`` and
+    ``edge_default`` (dicts, as ``read_graphml`` sets them) are written as the defaults of the node
+    and edge attributes of those names; one for a name no node (edge) has is refused. A
     ``"\\r"`` in a string value is kept (written as ``&#13;``; as is, it would read back as ``"\\n"``)."""
     import networkx as nx
 
