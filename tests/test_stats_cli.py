@@ -450,3 +450,21 @@ def test_imdb_split_order_gives_one_cache_key_and_the_default_keys_are_unchanged
     assert key(None) == key("train+test+unsup") == key("unsup+test+train") == "b49b1d33d7f03fa8"
     assert key("train+unsup") == key("unsup+train") == "b3343b48d81cb033"
     assert key("train") != key("train+unsup")
+
+
+def test_a_data_dir_that_is_not_a_directory_is_refused(capsys, tmp_path, monkeypatch):
+    """A typo in --data-dir fell back to $DISTATTN_DATA_DIR (or a download into the cache) and counted
+    that copy of IMDB without a word, as the compare once did; now refused before anything is read."""
+    monkeypatch.setenv("DISTATTN_DATA_DIR", str(tmp_path))      # where the fallback would have looked
+    code, out, err = run_cli(["--corpus", "imdb", "--data-dir", str(tmp_path / "no_such_dir"),
+                              "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and out == ""
+    assert f"--data-dir '{tmp_path / 'no_such_dir'}' does not exist" in err
+    assert not (tmp_path / "o").exists()
+    archive = tmp_path / "aclImdb_v1.tar.gz"
+    archive.write_bytes(b"x")
+    code, out, err = run_cli(["--corpus", "imdb", "--data-dir", str(archive)], capsys)
+    assert code == 2 and "is a file; pass the directory that holds aclImdb_v1.tar.gz" in err
+    with pytest.raises(ValueError, match="does not exist"):
+        StatsConfig(corpus="imdb", data_dir=str(tmp_path / "no_such_dir")).validate()
+    StatsConfig(corpus="imdb", data_dir=str(tmp_path)).validate()

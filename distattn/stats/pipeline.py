@@ -67,6 +67,12 @@ class StatsConfig:
         if self.corpus == "text" and not self.path:
             raise ValueError("--corpus text needs --path FILE_OR_DIR")
         check_corpus_options(self.corpus, self.path, self.data_dir)
+        if self.corpus == "imdb" and self.data_dir:     # else a typo fell back to $DISTATTN_DATA_DIR or a download
+            where = Path(self.data_dir).expanduser()
+            if not where.is_dir():
+                raise ValueError(f"--data-dir {self.data_dir!r} "
+                                 + ("is a file; pass the directory that holds aclImdb_v1.tar.gz" if where.exists()
+                                    else "does not exist; pass the directory that holds aclImdb_v1.tar.gz"))
         if self.split is not None and self.corpus != "imdb":     # it was silently ignored
             raise ValueError(f"split={self.split!r} is only used with corpus='imdb', not corpus={self.corpus!r}; "
                              "allowed: None")
