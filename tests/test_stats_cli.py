@@ -468,3 +468,18 @@ def test_a_data_dir_that_is_not_a_directory_is_refused(capsys, tmp_path, monkeyp
     with pytest.raises(ValueError, match="does not exist"):
         StatsConfig(corpus="imdb", data_dir=str(tmp_path / "no_such_dir")).validate()
     StatsConfig(corpus="imdb", data_dir=str(tmp_path)).validate()
+
+
+def test_no_cache_neither_creates_nor_needs_the_cache_directory(capsys, tmp_path, monkeypatch):
+    """--no-cache ("neither read nor write the cache") still created the cache directory for the
+    counts' entry name, and so failed with "error: [Errno 17] File exists" where it cannot be made."""
+    (tmp_path / "c.txt").write_text("a b c d a b\nc d e f a\nb c a d e\n")
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    code, out, err = run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--no-cache"], capsys)
+    assert code == 0, err
+    assert not (tmp_path / "cache").exists()
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "file"))     # a cache that cannot be made
+    code, out, err = run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--no-cache"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["documents"] == 3

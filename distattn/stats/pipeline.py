@@ -202,7 +202,7 @@ def build_statistics(config: StatsConfig, cache: bool = True, progress: bool = T
         _check_svd_dim(config.svd_dim, len(vocab))     # it failed in the SVD, after the counting
         n_docs, n_tokens = len(tc), tc.n_tokens
         key = _counts_key(config, tc.source, vocab)
-        entry = cache_dir() / "stats" / f"cooc-{key}.npz"
+        entry = cache_dir(create=cache) / "stats" / f"cooc-{key}.npz"    # --no-cache: not even created
         t = time.perf_counter()
         S = None
         if cache and entry.exists():
