@@ -483,3 +483,15 @@ def test_no_cache_neither_creates_nor_needs_the_cache_directory(capsys, tmp_path
     code, out, err = run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--no-cache"], capsys)
     assert code == 0, err
     assert json.loads(out)["documents"] == 3
+
+
+def test_a_cache_directory_that_cannot_be_made_is_named(capsys, tmp_path, monkeypatch):
+    """It failed with "error: [Errno 17] File exists: '...'", naming neither the cache nor the way out."""
+    (tmp_path / "c.txt").write_text("a b c d a b\nc d e f a\nb c a d e\n")
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "file"))
+    code, out, err = run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--out", str(tmp_path / "o")],
+                             capsys)
+    assert code == 2 and out == ""
+    assert f"error: cannot write the cache directory '{tmp_path / 'file'}'" in err and "--no-cache" in err
+    assert not (tmp_path / "o").exists()

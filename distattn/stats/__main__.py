@@ -87,6 +87,15 @@ def main(argv=None) -> int:
         print(f"error: conflicting options: {given[0]} is only used with --corpus imdb or text, not --corpus paper "
               "(its co-occurrence matrix is given, not counted)", file=sys.stderr)
         return 2
+    if args.corpus != "paper" and not args.no_cache:     # the tokenized corpus and the counts are kept there
+        from distattn.paths import cache_dir
+        cache_root = cache_dir(create=False)
+        try:
+            ensure_writable_dir(cache_root)
+        except OSError as exc:          # it failed as "error: [Errno 17] File exists: ..." once tokenizing began
+            print(f"error: cannot write the cache directory {str(cache_root)!r} (set DISTATTN_CACHE_DIR to a "
+                  f"writable directory, or pass --no-cache): {exc.strerror or exc}", file=sys.stderr)
+            return 2
     fresh = missing_dirs(args.out) if args.out else []
     if args.out:                         # an unwritable --out fails now, not after the counting
         try:
