@@ -169,7 +169,9 @@ def unicode_tokenizer(lowercase: bool = True) -> RegexTokenizer:
     """Words of any script: runs of letters, digits and apostrophes (``"Café naïve, été!"`` ->
     ``['café', 'naïve', 'été']``; the ASCII default would give ``['caf', 'na', 've', 't']``). On
     ASCII text it gives the same tokens as :func:`default_tokenizer`. Scripts written without
-    spaces (Chinese, Japanese, Thai) need segmenting first: join the words with spaces.
+    spaces (Chinese, Japanese, Thai) need segmenting first: join the words with spaces. The
+    apostrophe is the ASCII ``'``: a typographic ``’`` splits a word (``"don’t"`` -> ``['don',
+    't']``), so replace it first.
 
     >>> unicode_tokenizer()("Café naïve, été! Don't")
     ['café', 'naïve', 'été', "don't"]
