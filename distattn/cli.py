@@ -22,9 +22,16 @@ USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, MemoryError)
 
 
 def run_script(main: Callable[[], int | None]) -> int:
-    """Call ``main()``; a user error prints ``error: <message>`` to stderr and gives exit code 2."""
+    """Call ``main()``; a user error prints ``error: <message>`` to stderr and gives exit code 2. A
+    reader of stdout that went away (``| head``) ends it quietly with exit code 1, as Python's
+    documentation recommends, not with a ``BrokenPipeError`` traceback."""
     try:
         code = main()
+    except BrokenPipeError:
+        # stdout now points at devnull, so that the flush at interpreter exit does not raise again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except USER_ERRORS as exc:
         if os.environ.get("DISTATTN_TRACEBACK"):
             raise

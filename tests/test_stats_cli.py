@@ -495,3 +495,18 @@ def test_a_cache_directory_that_cannot_be_made_is_named(capsys, tmp_path, monkey
     assert code == 2 and out == ""
     assert f"error: cannot write the cache directory '{tmp_path / 'file'}'" in err and "--no-cache" in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("cmd", [["-m", "distattn.stats", "--corpus", "paper"], ["analyses/paper_examples.py"]])
+def test_a_reader_of_stdout_that_went_away_ends_the_command_quietly(cmd):
+    """`python -m distattn.stats … | head` (or an analyses script's) ended in a BrokenPipeError traceback
+    when head exited first; the command now stops with exit code 1 and nothing on stderr."""
+    read, write = os.pipe()
+    os.close(read)                  # the reader is gone before the first write: every write fails with EPIPE
+    try:
+        proc = subprocess.run([sys.executable, *cmd], stdout=write, stderr=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[1], timeout=120)
+    finally:
+        os.close(write)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr

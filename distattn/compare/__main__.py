@@ -71,4 +71,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from distattn.cli import run_script
+    sys.exit(run_script(main))
