@@ -158,3 +158,14 @@ def test_dataset_file_with_byte_order_mark_or_another_encoding_or_missing(tmp_pa
         evaluate_similarity(vectors, str(tmp_path / "missing.tsv"))
     with pytest.raises(ValueError, match=r"\(a directory, not a file\)"):
         evaluate_similarity(vectors, str(tmp_path))
+
+
+def test_constant_cosines_give_nan_without_scipys_warning():
+    """Every cosine equal (here: every vector the same): the correlations are undefined, NaN, and
+    `stats --evaluate` printed scipy's ConstantInputWarning lines beside its null."""
+    import warnings
+    vectors = {w: np.ones(3) for w in ("a", "b", "c", "d")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = evaluate_similarity(vectors, [("a", "b", 1.0), ("c", "d", 2.0), ("a", "d", 3.0)])
+    assert np.isnan(res.spearman) and np.isnan(res.pearson) and res.n_found == 3

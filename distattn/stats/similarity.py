@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -168,7 +169,9 @@ def evaluate_similarity(vectors, name_or_pairs="wordsim353", lowercase: bool = T
     -------
     SimilarityResult(dataset, spearman, pearson, n_pairs, n_found, oov_ratio). Pairs with an
     out-of-vocabulary word (including a word whose vector is all zeros) are excluded from the
-    correlations and counted in ``n_pairs - n_found`` and ``oov_ratio``.
+    correlations and counted in ``n_pairs - n_found`` and ``oov_ratio``. A correlation with
+    constant cosines or constant ratings is undefined: NaN (``null`` in the CLI's JSON), with no
+    warning printed.
 
     Raises
     ------
@@ -231,10 +234,14 @@ def evaluate_similarity(vectors, name_or_pairs="wordsim353", lowercase: bool = T
     dots = np.einsum("ij,ij->i", a, b)
     cosine = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
     gold = data.score[found]
+    with warnings.catch_warnings():      # constant input: NaN, which the result says; not scipy's lines on stderr
+        warnings.simplefilter("ignore", getattr(stats, "ConstantInputWarning", RuntimeWarning))
+        spearman = float(stats.spearmanr(gold, cosine).statistic)
+        pearson = float(stats.pearsonr(gold, cosine).statistic)
     return SimilarityResult(
         dataset=data.name,
-        spearman=float(stats.spearmanr(gold, cosine).statistic),
-        pearson=float(stats.pearsonr(gold, cosine).statistic),
+        spearman=spearman,
+        pearson=pearson,
         n_pairs=n_pairs,
         n_found=n_found,
         oov_ratio=(n_pairs - n_found) / n_pairs,
