@@ -27,6 +27,9 @@ def run_script(main: Callable[[], int | None]) -> int:
     documentation recommends, not with a ``BrokenPipeError`` traceback."""
     try:
         code = main()
+        # a block-buffered stdout (a pipe) writes a short output only here: its EPIPE raised in the flush
+        # at interpreter exit, after this returned ("Exception ignored ... BrokenPipeError", exit code 120)
+        sys.stdout.flush()
     except BrokenPipeError:
         # stdout now points at devnull, so that the flush at interpreter exit does not raise again
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -510,3 +510,20 @@ def test_a_reader_of_stdout_that_went_away_ends_the_command_quietly(cmd):
         os.close(write)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("cmd", [["-m", "distattn.stats", "--corpus", "paper"], ["analyses/paper_examples.py"]])
+def test_a_reader_of_stdout_that_went_away_ends_the_command_quietly_with_buffered_stdout(cmd):
+    """Without PYTHONUNBUFFERED (a pipe's stdout is block-buffered) a short output is written only at
+    the flush at interpreter exit, after run_script returned: that flush's BrokenPipeError was printed
+    ('Exception ignored ... BrokenPipeError') and the command exited with 120."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, *cmd], stdout=write, stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=Path(__file__).resolve().parents[1], timeout=120)
+    finally:
+        os.close(write)
+    assert proc.returncode == 1, proc.stderr
+    assert "BrokenPipeError" not in proc.stderr, proc.stderr
