@@ -132,7 +132,8 @@ def spectrum(X, k: int | None = None, *, algorithm: str = "randomized", random_s
         subspace or factors as well as the spectrum then pay for one SVD, not two).
     tol : float, optional
         With ``"randomized"``: recompute with ARPACK when ``extra["max_rel_residual"]`` exceeds
-        it (``extra["recomputed"]`` is then ``"arpack"``). None (default): never; ARPACK can
+        it (``extra["recomputed"]`` is then ``"arpack"``, and ``extra["max_rel_residual"]`` that of
+        ARPACK's triplets). None (default): never; ARPACK can
         take minutes where the randomized SVD takes seconds.
 
     Returns
@@ -196,7 +197,8 @@ def spectrum(X, k: int | None = None, *, algorithm: str = "randomized", random_s
             info["max_rel_residual"] = residual
             if tol is not None and residual > tol:
                 u, s, vt = truncated_svd(A, k, algorithm="arpack", random_state=random_state)
-                info["recomputed"] = "arpack"
+                # the values kept are ARPACK's now: the randomized residual described values thrown away
+                info.update(max_rel_residual=max_rel_residual(A, u, s, vt), recomputed="arpack")
         else:
             u, s, vt = truncated_svd(A, k, algorithm="arpack", random_state=random_state)
     order = np.argsort(-s, kind="stable")[:k]
