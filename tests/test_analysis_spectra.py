@@ -581,3 +581,16 @@ def test_max_rel_residual_of_exact_triplets_is_zero_and_of_a_zero_spectrum_is_ze
     assert max_rel_residual(X, u, np.zeros(3), vt) == 0.0
     # a wrong value: residual |3 - 2.7| / 2.7 on the first triplet
     assert max_rel_residual(X, u, np.array([2.7, 2.0, 1.0]), vt) == pytest.approx(0.3 / 2.7)
+
+
+def test_max_rel_residual_of_a_rank_deficient_matrix_is_small_when_its_values_are_accurate():
+    """k above the rank: the zero values come back as float32 noise (about 1e-7 sigma_1), accurate, but
+    relative to themselves their residual read 2.3, so metrics.json showed a tiny corpus's spectra as
+    far off and tol recomputed them for nothing. Values below 1e-3 sigma_1 are judged against that."""
+    g = np.random.default_rng(0)
+    n, rank, k = 200, 5, 20
+    X = g.standard_normal((n, rank)) @ g.standard_normal((rank, n))
+    spec = spectrum(X, k, tol=1e-3)
+    assert spec.extra["max_rel_residual"] < 1e-3
+    assert "recomputed" not in spec.extra
+    np.testing.assert_allclose(spec.singular_values[:rank], np.linalg.svd(X, compute_uv=False)[:rank], rtol=1e-5)

@@ -395,12 +395,16 @@ def top_singular_vectors(X, k: int, side: str = "left", *, algorithm: str = "ran
     return u[:, :k] if side == "left" else vt[:k].T
 
 
+_RESIDUAL_FLOOR = 1e-3      # max_rel_residual judges values below this × σ_1 against it
+
+
 def max_rel_residual(A, u, s, vt) -> float:
-    """The largest relative residual ``sqrt((‖A v_i − σ_i u_i‖² + ‖Aᵀ u_i − σ_i v_i‖²) / 2) / σ_i``
-    over the triplets (u_i, σ_i, v_i) of ``A`` (in float64). It is the eigen-residual of
-    ``[u_i; v_i] / √2`` for ``[[0, A], [Aᵀ, 0]]``, whose eigenvalues are ``±σ_j(A)``: a singular
-    value of ``A`` lies within that relative distance of each σ_i. 0 for an all-zero ``s``; inf
-    where some σ_i is 0 but its residual is not."""
+    """The largest relative residual ``r_i / max(σ_i, 1e-3 σ_1)`` over the triplets (u_i, σ_i, v_i)
+    of ``A``, with ``r_i = sqrt((‖A v_i − σ_i u_i‖² + ‖Aᵀ u_i − σ_i v_i‖²) / 2)`` (in float64): the
+    eigen-residual of ``[u_i; v_i] / √2`` for ``[[0, A], [Aᵀ, 0]]``, whose eigenvalues are
+    ``±σ_j(A)``, so a singular value of ``A`` lies within ``r_i`` of each σ_i. Values below
+    ``1e-3 σ_1`` are judged against that floor: a rank-deficient matrix's zero values carry float32
+    noise that is small beside σ_1 but large beside themselves. 0 for an all-zero ``s``."""
     s = np.asarray(s, dtype=np.float64)
     if s.size == 0 or not np.any(s):
         return 0.0
@@ -408,8 +412,7 @@ def max_rel_residual(A, u, s, vt) -> float:
     r1 = np.linalg.norm(A @ V - U * s, axis=0)
     r2 = np.linalg.norm(A.T @ U - V * s, axis=0)
     r = np.sqrt((r1 ** 2 + r2 ** 2) / 2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(r == 0, 0.0, r / s)
+    rel = r / np.maximum(s, _RESIDUAL_FLOOR * np.max(np.abs(s)))
     return float(np.max(rel))
 
 
