@@ -594,3 +594,12 @@ def test_max_rel_residual_of_a_rank_deficient_matrix_is_small_when_its_values_ar
     assert spec.extra["max_rel_residual"] < 1e-3
     assert "recomputed" not in spec.extra
     np.testing.assert_allclose(spec.singular_values[:rank], np.linalg.svd(X, compute_uv=False)[:rank], rtol=1e-5)
+
+
+@pytest.mark.parametrize("tol", [-1e-3, float("nan"), float("inf"), "0.01", True])
+def test_an_invalid_tol_is_refused_naming_it(tol):
+    from distattn.analysis import top_singular_vectors
+    X = np.random.default_rng(0).standard_normal((30, 20))
+    for fn in (lambda: spectrum(X, 5, tol=tol), lambda: top_singular_vectors(X, 5, tol=tol)):
+        with pytest.raises(ValueError, match="tol=.*allowed: None"):
+            fn()

@@ -142,6 +142,7 @@ def spectrum(X, k: int | None = None, *, algorithm: str = "randomized", random_s
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    _check_tol(tol)
     if isinstance(X, FactoredMatrix) or _looks_factored(X) or isinstance(X, tuple):
         F = as_factored(X)
         if F.ndim != 2:
@@ -368,6 +369,7 @@ def top_singular_vectors(X, k: int, side: str = "left", *, algorithm: str = "ran
         raise ValueError(f"side must be 'left' or 'right', got {side!r}")
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    _check_tol(tol)
     if isinstance(X, FactoredMatrix) or _looks_factored(X) or isinstance(X, tuple):
         F = as_factored(X)
         if F.ndim != 2:
@@ -396,6 +398,12 @@ def top_singular_vectors(X, k: int, side: str = "left", *, algorithm: str = "ran
 
 
 _RESIDUAL_FLOOR = 1e-3      # max_rel_residual judges values below this × σ_1 against it
+
+
+def _check_tol(tol):
+    if tol is not None and not (isinstance(tol, (int, float, np.floating, np.integer)) and not isinstance(tol, bool)
+                                and np.isfinite(tol) and tol >= 0):
+        raise ValueError(f"tol={tol!r} is invalid; allowed: None (never recompute) or a finite number >= 0")
 
 
 def max_rel_residual(A, u, s, vt) -> float:
