@@ -14,20 +14,31 @@ def available_memory() -> int:
     """Bytes the process may use: ``$DISTATTN_MAX_MEMORY`` if set (bytes, or with a K/M/G
     suffix), else 80 % of MemAvailable from /proc/meminfo, else 80 % of physical memory; under a
     cgroup memory limit (a container, a batch job) 80 % of what the limit leaves, if less."""
-    env = os.environ.get("DISTATTN_MAX_MEMORY")
-    if env:
-        try:
-            limit = parse_bytes(env)
-        except (ValueError, OverflowError):
-            limit = -1
-        if limit < 0:
-            raise ValueError(f"DISTATTN_MAX_MEMORY={env!r} is invalid; allowed: a number of bytes >= 0, "
-                             "optionally with a K, M, G or T suffix (e.g. 8G)")
+    limit = max_memory_setting()
+    if limit is not None:
         return limit
     # MemAvailable is the host's: a container's limit is not in it, and past that limit the kernel
     # kills the process instead of failing an allocation, so the check is all the warning there is
     host, headroom = _host_available(), _cgroup_headroom()
     return host if headroom is None else min(host, int(0.8 * headroom))
+
+
+def max_memory_setting() -> int | None:
+    """``$DISTATTN_MAX_MEMORY`` in bytes, None when unset or empty; a value that is not a number of
+    bytes >= 0 raises ValueError naming it. The command-line entry points call it before any work:
+    the limit is otherwise read only when a memory check runs, so with every stage cached a bad
+    value went unnoticed and the user believed a limit was in force."""
+    env = os.environ.get("DISTATTN_MAX_MEMORY")
+    if not env:
+        return None
+    try:
+        limit = parse_bytes(env)
+    except (ValueError, OverflowError):
+        limit = -1
+    if limit < 0:
+        raise ValueError(f"DISTATTN_MAX_MEMORY={env!r} is invalid; allowed: a number of bytes >= 0, "
+                         "optionally with a K, M, G or T suffix (e.g. 8G)")
+    return limit
 
 
 def _host_available() -> int:

@@ -1117,3 +1117,21 @@ def test_a_no_cache_run_leaves_the_cache_entry_another_run_uses_alone(tmp_path, 
     cached = train(cache=True)                      # the entry loads: the no-cache run's model
     assert cached.metrics == again.metrics and all(torch.equal(cached.model.state_dict()[k], weights[k])
                                                    for k in weights)
+
+
+def test_a_bad_max_memory_setting_fails_the_compare_before_any_stage(tmp_path, capsys, monkeypatch):
+    """The setting was read only by a memory check; a warm run met the first one in the paper
+    reproduction, after the data and every cached stage had been loaded. It is now refused at once."""
+    import distattn.compare.run as run_module
+
+    def no_stage(*args, **kwargs):
+        raise AssertionError("a stage ran before the bad DISTATTN_MAX_MEMORY was refused")
+
+    monkeypatch.setattr(run_module, "load_data", no_stage)
+    monkeypatch.setenv("DISTATTN_MAX_MEMORY", "-5")
+    code, out, err = run_cli(["--corpus", "text", "--path", str(synthetic_jsonl(tmp_path / "c.jsonl")),
+                              "--no-models", "--out", str(tmp_path / "runs"), "-q"], capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == ("error: DISTATTN_MAX_MEMORY='-5' is invalid; allowed: a number of bytes >= 0, "
+                           "optionally with a K, M, G or T suffix (e.g. 8G)"), err
+    assert not (tmp_path / "runs").exists()

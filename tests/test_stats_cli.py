@@ -171,6 +171,19 @@ def test_a_bad_max_memory_setting_is_named(capsys, tmp_path, monkeypatch, value)
     assert run_cli(["--corpus", "text", "--path", str(tmp_path / "c.txt"), "--no-cache"], capsys)[0] == 0
 
 
+def test_a_bad_max_memory_setting_is_refused_when_the_statistics_come_from_the_cache(capsys, tmp_path, monkeypatch):
+    """The setting was read only by a memory check: with the entry cached none ran, so
+    DISTATTN_MAX_MEMORY=12X went unnoticed (exit code 0) and the user believed a limit was in force."""
+    (tmp_path / "c.txt").write_text("a b c a b\nb c a\n")
+    args = ["--corpus", "text", "--path", str(tmp_path / "c.txt")]
+    assert run_cli(args, capsys)[0] == 0                    # the entry is now cached
+    monkeypatch.setenv("DISTATTN_MAX_MEMORY", "12X")
+    code, out, err = run_cli(args, capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == ("error: DISTATTN_MAX_MEMORY='12X' is invalid; allowed: a number of bytes >= 0, "
+                           "optionally with a K, M, G or T suffix (e.g. 8G)"), err
+
+
 @pytest.mark.parametrize("version", ["v2", "v2-parent", "v1"])
 def test_the_default_memory_limit_is_within_the_cgroup_limit(tmp_path, monkeypatch, version):
     """The default budget was 80 % of the host's MemAvailable: in a container (or a batch job) with

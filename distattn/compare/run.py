@@ -123,8 +123,10 @@ def _stage(name, timings, fn, *args, **kwargs):
 def run(cfg: CompareConfig, cache: bool = True, progress: bool = True, command: str | None = None) -> Path:
     """Run the whole study; returns the run directory. ``command``: the command line config.json and
     the report name (default: this process's, ``sys.argv``)."""
+    from distattn.memory import max_memory_setting
     from distattn.train import pick_device
     cfg.validate()
+    max_memory_setting()                 # read otherwise only by a memory check, which a cached stage skips
     paper = cfg.corpus == "paper"         # the paper's fixed toy examples: no profile, no sizes apply
     profile = None if paper else cfg.resolved_profile()
     sizes = None if paper else cfg.sizes()

@@ -8,6 +8,7 @@ import json
 import sys
 
 from distattn.atomic import ensure_writable_dir, jsonable, missing_dirs, remove_empty_dirs
+from distattn.memory import max_memory_setting
 from distattn.stats.pipeline import StatsConfig, build_statistics
 
 
@@ -79,6 +80,7 @@ def main(argv=None) -> int:
         return 2
     try:
         cfg.validate()                   # bad values fail before --out is touched or anything is counted
+        max_memory_setting()             # read otherwise only by a memory check, which a cached entry skips
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
