@@ -1022,15 +1022,27 @@ def test_plain_string_documents_and_the_document_default_have_the_split_all():
     assert len(tc.split("all")) == 3
 
 
-@pytest.mark.parametrize("split", ["", "train+unsup", " train", "train ", None])
+@pytest.mark.parametrize("split", ["", "train+unsup", " train", "train ", 3])
 def test_a_document_split_that_could_never_be_selected_is_refused_naming_the_document(split):
     docs = [Document("a b", split="train"), Document("c", split=split, name="d1")]
-    what = "must be a string, got None" if split is None else f"{split!r} could never be selected"
+    what = "must be a string, got 3" if split == 3 else f"{split!r} could never be selected"
     with pytest.raises(ValueError, match=re.escape(f"document 1 ('d1'): 'split' {what}")):
         tokenize_corpus(docs, cache=False)
-    if split is not None:
+    if split != 3:
         with pytest.raises(ValueError, match=r"document 0: 'split' .*allowed: a non-empty name without '\+'"):
             tokenize_corpus([Document("c", split=split)], cache=False)
+
+
+def test_a_document_split_of_none_is_the_split_all_as_a_jsonl_null(tmp_path):
+    """A .jsonl line with "split": null was read as split 'all', while Document(text, split=None) (a
+    missing value from the user's own pandas or JSON pipeline) was refused: one value, two behaviours."""
+    j = tmp_path / "s.jsonl"
+    j.write_text('{"text": "a b", "split": "train"}\n{"text": "c", "split": null}\n')
+    from_jsonl = tokenize_corpus(TextCorpus(j), cache=False)
+    from_documents = tokenize_corpus([Document("a b", split="train"), Document("c", split=None)], cache=False)
+    assert from_documents.docs.split_names == from_jsonl.docs.split_names == ["train", "all"]
+    assert from_documents.docs.split_codes.tolist() == from_jsonl.docs.split_codes.tolist() == [0, 1]
+    assert len(from_documents.split("all")) == 1
 
 
 def test_a_cache_entry_with_the_old_empty_split_is_rebuilt_under_the_same_key(tmp_path):

@@ -261,7 +261,7 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
     without a ``fingerprint()`` (e.g. a list of strings) is never cached.
 
     A plain ``str`` or ``bytes`` document becomes a :class:`Document` of split ``"all"``, as in
-    the built-in corpora; a split that ``TokenizedCorpus.split`` could never select (empty,
+    the built-in corpora, and so does a split of None (absent, as a ``.jsonl`` null); a split that ``TokenizedCorpus.split`` could never select (empty,
     containing ``+`` or with spaces at its ends) is refused, naming the document.
     """
     _not_a_string(corpus, "corpus", "a Corpus, e.g. get_corpus('text', path=...), or a list of strings or "
@@ -351,10 +351,11 @@ def _tokenize(corpus, tokenizer, source, progress) -> TokenizedCorpus:
         pending.append(tokenize_to_bytes(tokenizer, doc.text))
         labels.append(doc.label)
         ratings.append(doc.rating)
-        if doc.split not in split_names:    # '' (the old default) was kept, and then no name selected it
-            check_split(doc.split, f"document {i}" + (f" ({doc.name!r})" if doc.name else ""))
-            split_names.append(doc.split)
-        split_codes.append(split_names.index(doc.split))
+        split = "all" if doc.split is None else doc.split     # absent, as a JSONL null (TextCorpus)
+        if split not in split_names:    # '' (the old default) was kept, and then no name selected it
+            check_split(split, f"document {i}" + (f" ({doc.name!r})" if doc.name else ""))
+            split_names.append(split)
+        split_codes.append(split_names.index(split))
         if len(pending) >= _CHUNK_DOCS:
             flush()
     if pending:
