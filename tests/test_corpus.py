@@ -1045,6 +1045,16 @@ def test_a_document_split_of_none_is_the_split_all_as_a_jsonl_null(tmp_path):
     assert len(from_documents.split("all")) == 1
 
 
+def test_a_document_label_of_none_is_no_label_as_a_jsonl_null(tmp_path):
+    """A .jsonl line with "label": null was read as NO_LABEL, while Document(text, label=None) was
+    refused ("document 1 has label None"): one value, two behaviours."""
+    j = tmp_path / "s.jsonl"
+    j.write_text('{"text": "a b", "label": 1}\n{"text": "c", "label": null}\n')
+    from_jsonl = tokenize_corpus(TextCorpus(j), cache=False)
+    from_documents = tokenize_corpus([Document("a b", label=1), Document("c", label=None)], cache=False)
+    assert from_documents.labels.tolist() == from_jsonl.labels.tolist() == [1, -1]
+
+
 def test_a_cache_entry_with_the_old_empty_split_is_rebuilt_under_the_same_key(tmp_path):
     """Tokens cached when the default split was '' must not be served with that split now."""
     corpus = DefaultSplitCorpus(["a b", "c"])

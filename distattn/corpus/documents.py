@@ -11,11 +11,13 @@ NO_LABEL = -1
 @dataclass(frozen=True)
 class Document:
     """One document. ``text`` is ``str`` or UTF-8 ``bytes``; ``label`` is an int class in
-    [0, 127] (IMDB: 1 = positive, 0 = negative) or ``NO_LABEL`` (-1); ``rating`` is in [0, 127],
-    0 when unknown; ``split`` is the name ``TokenizedCorpus.split`` selects it by: ``"all"`` by
-    default (as in the built-in text and paper corpora; a plain string or bytes document gets it
-    too, and so does ``split=None``: absent, as a ``.jsonl`` null), else a non-empty name without ``+`` (which joins splits, as in ``"train+unsup"``) and
-    without spaces at its ends. Tokenization refuses other values, naming the document."""
+    [0, 127] (IMDB: 1 = positive, 0 = negative) or ``NO_LABEL`` (-1; None too: absent, as a
+    ``.jsonl`` null); ``rating`` is in [0, 127], 0 when unknown; ``split`` is the name
+    ``TokenizedCorpus.split`` selects it by: ``"all"`` by default (as in the built-in text and paper
+    corpora; a plain string or bytes document gets it too, and so does ``split=None``: absent, as a
+    ``.jsonl`` null), else a non-empty name without ``+`` (which joins splits, as in
+    ``"train+unsup"``) and without spaces at its ends. Tokenization refuses other values, naming
+    the document."""
 
     text: str | bytes
     label: int = NO_LABEL

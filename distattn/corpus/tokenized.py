@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from distattn.atomic import atomic_dir, config_hash, ensure_writable_dir
-from distattn.corpus.documents import Corpus, Document, check_split, selectable_split
+from distattn.corpus.documents import NO_LABEL, Corpus, Document, check_split, selectable_split
 from distattn.corpus.download import sha256_file
 from distattn.corpus.ragged import RaggedIds
 from distattn.corpus.tokenize import default_tokenizer, tokenize_to_bytes, tokenizer_config, unicode_tokenizer
@@ -261,7 +261,8 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
     without a ``fingerprint()`` (e.g. a list of strings) is never cached.
 
     A plain ``str`` or ``bytes`` document becomes a :class:`Document` of split ``"all"``, as in
-    the built-in corpora, and so does a split of None (absent, as a ``.jsonl`` null); a split that ``TokenizedCorpus.split`` could never select (empty,
+    the built-in corpora, and so does a split of None (absent, as a ``.jsonl`` null; a label of None
+    is ``NO_LABEL``); a split that ``TokenizedCorpus.split`` could never select (empty,
     containing ``+`` or with spaces at its ends) is refused, naming the document.
     """
     _not_a_string(corpus, "corpus", "a Corpus, e.g. get_corpus('text', path=...), or a list of strings or "
@@ -349,7 +350,7 @@ def _tokenize(corpus, tokenizer, source, progress) -> TokenizedCorpus:
                             "bytes or a Document (pre-tokenized text: join the tokens with spaces and pass "
                             "tokenizer=WhitespaceTokenizer())")
         pending.append(tokenize_to_bytes(tokenizer, doc.text))
-        labels.append(doc.label)
+        labels.append(NO_LABEL if doc.label is None else doc.label)     # absent, as a JSONL null (TextCorpus)
         ratings.append(doc.rating)
         split = "all" if doc.split is None else doc.split     # absent, as a JSONL null (TextCorpus)
         if split not in split_names:    # '' (the old default) was kept, and then no name selected it
