@@ -1,4 +1,6 @@
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -49,6 +51,21 @@ def test_missing_archive_offline_message(tmp_path, monkeypatch):
     with pytest.raises(ArchiveNotFoundError, match="download failed"):
         fetch_imdb(tmp_path / "nowhere", progress=False)
     assert not any((tmp_path / "cache").glob("*"))
+
+
+def test_data_dir_variable_naming_no_directory_is_warned_before_a_download(tmp_path, monkeypatch):
+    # a typo in DISTATTN_DATA_DIR once made the search go on to the cache and download silently
+    monkeypatch.setenv("DISTATTN_DATA_DIR", str(tmp_path / "typo"))
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DISTATTN_IMDB_URL", "http://127.0.0.1:9/aclImdb_v1.tar.gz")
+    with pytest.warns(UserWarning, match=r"DISTATTN_DATA_DIR='.*typo' is not a directory"):
+        with pytest.raises(ArchiveNotFoundError, match="download failed"):
+            fetch_imdb(progress=False)
+    (tmp_path / "typo").mkdir()               # an existing directory without the archive: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ArchiveNotFoundError, match="download failed"):
+            fetch_imdb(progress=False)
 
 
 def test_download_into_cache_from_file_url(imdb_archive, tmp_path, monkeypatch):

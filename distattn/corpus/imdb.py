@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import tarfile
+import warnings
 import zlib
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -78,6 +79,11 @@ def fetch_imdb(data_dir: str | os.PathLike | None = None, download_missing: bool
     if not download_missing:
         raise ArchiveNotFoundError(f"IMDB archive not found; looked for {searched}. {how}")
     url = url or os.environ.get("DISTATTN_IMDB_URL") or IMDB_URL
+    env = os.environ.get("DISTATTN_DATA_DIR")
+    if env and not Path(env).expanduser().is_dir():
+        # a typo there once sent the run to download the archive (80 MB) without a word
+        warnings.warn(f"DISTATTN_DATA_DIR={env!r} is not a directory, so the IMDB archive could not be "
+                      f"found there; downloading it from {url} into {target.parent}", stacklevel=2)
 
     def verify(tmp: Path, sha256: str) -> None:
         # the checks name the file they read: here a temporary one, removed when they fail
