@@ -4,7 +4,8 @@
     if __name__ == "__main__":
         sys.exit(run_script(main))
 
-Set ``DISTATTN_TRACEBACK=1`` to get the full traceback instead (debugging).
+Set ``DISTATTN_TRACEBACK=1`` to get the full traceback instead (debugging; ``0``, ``false``, ``no``,
+``off`` or empty leave it off).
 """
 
 from __future__ import annotations
@@ -36,12 +37,18 @@ def run_script(main: Callable[[], int | None]) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 1
     except USER_ERRORS as exc:
-        if os.environ.get("DISTATTN_TRACEBACK"):
+        if _flag("DISTATTN_TRACEBACK"):
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
     # a main() may return its results instead of a code; True/False are results, not exit codes 1/0
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
+
+
+def _flag(name: str) -> bool:
+    """Whether the environment variable ``name`` is set to something other than empty, ``0``,
+    ``false``, ``no`` or ``off`` (any case): ``DISTATTN_TRACEBACK=0`` once turned tracebacks on."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def _int_at_least(low: int, what: str):

@@ -394,6 +394,23 @@ def test_run_script_turns_a_user_error_into_exit_code_2(capsys):
     assert capsys.readouterr().err == "error: window must be >= 1; got 0\n"
 
 
+@pytest.mark.parametrize("value, raises", [("0", False), ("false", False), ("No", False), (" off ", False),
+                                           ("", False), ("1", True), ("yes", True)])
+def test_traceback_variable_set_to_a_false_value_keeps_the_error_line(value, raises, monkeypatch, capsys):
+    # any non-empty value counted: DISTATTN_TRACEBACK=0 printed the traceback it was meant to turn off
+    from distattn.cli import run_script
+
+    def main():
+        raise ValueError("window must be >= 1; got 0")
+    monkeypatch.setenv("DISTATTN_TRACEBACK", value)
+    if raises:
+        with pytest.raises(ValueError, match="window must be"):
+            run_script(main)
+    else:
+        assert run_script(main) == 2
+        assert capsys.readouterr().err == "error: window must be >= 1; got 0\n"
+
+
 def test_counts_cached_under_another_tokenizer_are_not_served(tmp_path, monkeypatch):
     """The counts' cache key held the corpus but not its tokenizer: a text corpus counted while its
     default was the seed's ASCII tokenizer ('naïve' -> 'na', 've') had its counts served to
