@@ -81,7 +81,7 @@ def fetch_imdb(data_dir: str | os.PathLike | None = None, download_missing: bool
     url = url or os.environ.get("DISTATTN_IMDB_URL") or IMDB_URL
     env = os.environ.get("DISTATTN_DATA_DIR")
     if env and not Path(env).expanduser().is_dir():
-        # a typo there once sent the run to download the archive (80 MB) without a word
+        # a typo there once sent the run to download the whole archive without a word
         warnings.warn(f"DISTATTN_DATA_DIR={env!r} is not a directory, so the IMDB archive could not be "
                       f"found there; downloading it from {url} into {target.parent}", stacklevel=2)
 
