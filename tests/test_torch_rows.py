@@ -307,3 +307,18 @@ def test_the_positional_scorer_takes_dense_distributions_as_corpus_positional_do
         np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match=r"distributions must have shape \(max_length, vocab_size=10\)"):
         Positional(S, pi.toarray()[:, :9], 0.5, vocab_size=V, device="cpu")
+
+
+def test_the_positional_scorer_leaves_the_callers_warning_filters_alone():
+    """Building a Positional scorer added a process-wide ``ignore`` filter for every warning whose
+    message mentions "sparse" (meant for torch's beta notice of its sparse CSR tensors): the user's
+    program, and every later test of the session, lost such warnings of any library for good."""
+    import warnings
+
+    from distattn.projection import positional_distributions
+    from distattn.projection.device_scorers import Positional
+    V = 10
+    pi = positional_distributions([np.arange(5), np.arange(3)], V, 5)
+    before = list(warnings.filters)
+    Positional(_random_csr(V, density=0.5, seed=4, symmetric=True), pi, 1.0, vocab_size=V, device="cpu")
+    assert warnings.filters == before                 # once: + ('ignore', '.*[Ss]parse.*', Warning) in front

@@ -259,10 +259,11 @@ class Positional(CausalProjection):
 
 def _torch_sparse(S, device):
     import torch
-    warnings.filterwarnings("ignore", message=".*[Ss]parse.*")   # torch's beta / invariant-check notices
-    return torch.sparse_csr_tensor(torch.as_tensor(S.indptr.astype(np.int64)),
-                                   torch.as_tensor(S.indices.astype(np.int64)),
-                                   torch.as_tensor(S.data, dtype=torch.float32), size=S.shape).to(device)
+    with warnings.catch_warnings():       # not the caller's filters: theirs would lose every "sparse" warning
+        warnings.filterwarnings("ignore", message=".*[Ss]parse.*")   # torch's beta / invariant-check notices
+        return torch.sparse_csr_tensor(torch.as_tensor(S.indptr.astype(np.int64)),
+                                       torch.as_tensor(S.indices.astype(np.int64)),
+                                       torch.as_tensor(S.data, dtype=torch.float32), size=S.shape).to(device)
 
 
 class Asymmetric(CausalProjection):
