@@ -124,8 +124,11 @@ def inspect_page(path: str | Path, browser: str | None = None, width: int = 1280
                 "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
                 "--disable-background-networking", "--disable-extensions", "--disable-sync",
                 f"--user-data-dir={profile}", f"--window-size={width},900", "about:blank"]
+        # its crash-report database (~/.config/chromium) and dconf (~/.cache) ignore --user-data-dir
+        env = dict(os.environ, XDG_CONFIG_HOME=os.path.join(profile, "config"),
+                   XDG_CACHE_HOME=os.path.join(profile, "cache"))
         proc = subprocess.Popen(args, pass_fds=(3, 4), preexec_fn=child_fds, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         os.close(a_r)
         os.close(b_w)
         cdp = _Pipe(a_w, b_r, proc)

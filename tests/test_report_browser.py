@@ -86,3 +86,18 @@ def test_a_missing_browser_is_named(tmp_path, monkeypatch):
     assert find_browser() is None
     with pytest.raises(FileNotFoundError, match="no Chromium on PATH"):
         inspect_page(tmp_path / "x.html")
+
+
+def test_the_browser_writes_nothing_into_the_users_home(tmp_path, browser, monkeypatch):
+    """Chromium's crash-report database and dconf settings went to ~/.config/chromium and
+    ~/.cache/dconf despite the temporary --user-data-dir: every test session wrote into the home of
+    whoever ran it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    page = tmp_path / "page.html"
+    page.write_text("<!doctype html><html><head><title>plain</title></head><body>text</body></html>")
+    assert inspect_page(page, browser=browser).title == "plain"
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
