@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import atexit
+import datetime
 import contextlib
 import dataclasses
 import json
@@ -218,6 +219,13 @@ def setup_distributed(device: str = "auto") -> tuple[int, int, int]:
 
 def _destroy_process_group() -> None:
     if dist.is_initialized():
+        try:     # the ranks tear down together: alone, a finished gloo rank still aborted now and then (SIGABRT)
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
+            else:
+                dist.barrier()
+        except Exception:     # a peer gone or timed out: tear down anyway
+            pass
         dist.destroy_process_group()
 
 
