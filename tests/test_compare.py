@@ -110,12 +110,17 @@ def test_text_corpus_run_then_warm_rerun(tmp_path, capsys, monkeypatch):
         done = next(cache.rglob(f"train-{lm}-*/done.json"))
         assert json.loads(done.read_text())["summary"]["steps"] == config["sizes"]["lm_steps"] == 120
     # --no-cache recomputes: every model is trained again, not resumed from its finished checkpoint
+    # (nor loaded); the finished entries are not replaced (stages._train)
     models = {p: t for p, t in before.items() if p.name == "model.pt" and p not in earlier}
     assert len(models) == 4                          # the run's four models: two classifiers, two LMs
+    from distattn.train import Trainer
+    fits, fit = [], Trainer.fit
+    monkeypatch.setattr(Trainer, "fit", lambda self: (fits.append(self.out_dir), fit(self))[1])
     code, out, err = run_cli(args + ["--no-cache"], capsys)
     assert code == 0, err
+    assert len(fits) == 4 and not {p.parent for p in models} & set(fits), "a model was loaded instead of retrained"
     after = snapshot()
-    assert all(after[p] != t for p, t in models.items()), "a model was loaded instead of retrained"
+    assert all(after[p] == t for p, t in models.items())
 
 
 @pytest.mark.parametrize("args, message", [
@@ -884,7 +889,7 @@ def test_a_trained_model_that_fails_to_load_for_want_of_memory_or_a_code_change_
     monkeypatch.setattr(distattn.train, "load_model", load_model)
     with pytest.raises(RuntimeError, match=re.escape(str(error))):
         _train("lm", None, None, cfg, {"k": 1}, cache=True)
-    assert sorted(p.name for p in d.iterdir()) == ["checkpoint.pt", "done.json", "model.pt"]
+    assert sorted(p.name for p in d.iterdir()) == [".lock", "checkpoint.pt", "done.json", "model.pt"]
 
 
 def test_a_stage_entry_that_cannot_be_read_for_want_of_permission_is_kept(tmp_path, monkeypatch):
@@ -899,7 +904,7 @@ def test_a_stage_entry_that_cannot_be_read_for_want_of_permission_is_kept(tmp_pa
     monkeypatch.setattr(distattn.train, "load_model", load_model)
     with pytest.raises(PermissionError, match="Permission denied"):
         _train("lm", None, None, cfg, {"k": 1}, cache=True)
-    assert sorted(p.name for p in d.iterdir()) == ["checkpoint.pt", "done.json", "model.pt"]
+    assert sorted(p.name for p in d.iterdir()) == [".lock", "checkpoint.pt", "done.json", "model.pt"]
 
 
 def test_git_dirty_says_whether_the_packages_tracked_files_differ_from_the_recorded_hash(tmp_path, monkeypatch):
@@ -1076,7 +1081,8 @@ def test_a_no_cache_run_leaves_the_cache_entry_another_run_uses_alone(tmp_path, 
     same config that had finished the model and was yet to link its model.pt into its run directory
     (run.py does it after the last model) found no file, and one training in the entry lost its
     checkpoint and best.pt. The no-cache run now trains in a directory of its own, then stores its
-    model in the entry as a cached run finishing would (the same command without --no-cache reuses it)."""
+    model in the entry as a cached run finishing would (the same command without --no-cache reuses it),
+    unless, as here, the entry is already finished: then the entry stays as it is."""
     import torch
 
     from distattn.compare import stages
@@ -1114,9 +1120,211 @@ def test_a_no_cache_run_leaves_the_cache_entry_another_run_uses_alone(tmp_path, 
     assert all(torch.equal(again.model.state_dict()[k], weights[k]) for k in weights)     # trained from scratch
     assert not [p for p in entry.parent.iterdir() if p.name.endswith(".part")]             # its directory removed
     monkeypatch.setattr(Trainer, "fit", fit)
-    cached = train(cache=True)                      # the entry loads: the no-cache run's model
-    assert cached.metrics == again.metrics and all(torch.equal(cached.model.state_dict()[k], weights[k])
-                                                   for k in weights)
+    cached = train(cache=True)                      # the entry loads: the first run's model, not replaced
+    assert cached.metrics == first.metrics
+    assert all(torch.equal(cached.model.state_dict()[k], weights[k]) for k in weights)
+
+
+def _tiny_lm_run(data, cache, evaluate=None):
+    """One models-stage entry of a tiny LM (the same config, so the same entry, for every call)."""
+    from distattn.compare import stages
+    from distattn.models import LMConfig, TransformerLM
+    from distattn.train import LMTask, seed_everything
+    from distattn.train.recipes import lm_train_config
+    seed_everything(0)
+    model = TransformerLM(LMConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, max_len=16))
+    tcfg = lm_train_config(epochs=1, batch_size=8, device="cpu", progress=False, warmup_steps=2)
+    return stages._train("lm", model, LMTask(data, {}), tcfg, {"test": 1}, cache=cache, evaluate=evaluate)
+
+
+def _shifted(delta):
+    """An ``evaluate`` for _train that shifts the model's weights by ``delta``: two runs of one config
+    ending with other weights, as on a GPU (non-deterministic kernels)."""
+    import torch
+
+    def evaluate(model):
+        with torch.no_grad():
+            next(model.parameters()).add_(delta)
+        return {"shift": delta}
+    return evaluate
+
+
+def _lm_data():
+    from distattn.corpus import RaggedIds
+    from distattn.train import LMData
+    rng = np.random.default_rng(0)
+    return LMData(RaggedIds.from_sequences([rng.integers(2, 50, size=40) for _ in range(20)]), seq_len=16)
+
+
+@pytest.mark.parametrize("cache_a, cache_b", [(True, True), (False, True), (True, False)])
+def test_two_runs_finishing_one_model_entry_together_leave_a_matching_pair(tmp_path, monkeypatch, caplog,
+                                                                           cache_a, cache_b):
+    """_train stored model.pt, then done.json (with the weights' sha256), each atomically but not the
+    pair: run A saving its model.pt, then run B (another cached run, or a --no-cache run storing its
+    result) saving its model.pt and done.json, then A its done.json left B's weights beside A's sha256
+    and metrics. The next run reported the entry as damaged, removed it and trained again. Now the
+    first run to finish stores the pair and the other leaves the entry as it is: a cached run takes
+    the entry's model and metrics, a --no-cache run keeps its own. B is made to finish between A's two
+    writes, or (the fix) to wait on the entry's lock while A writes them."""
+    import logging
+    import threading
+
+    import torch
+
+    import distattn.train
+    from distattn.compare import stages
+    from distattn.train import Trainer, load_model
+    fcntl = pytest.importorskip("fcntl")            # the entry's lock (POSIX)
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    data = _lm_data()
+    b_ready, a_saved, b_done_or_waiting = threading.Event(), threading.Event(), threading.Event()
+    save_model, write_json, flock = distattn.train.save_model, stages.write_json, fcntl.flock
+    runs, errors = {}, []
+
+    def is_b():
+        return threading.current_thread().name == "run-b"
+
+    def save_hook(model, path):
+        save_model(model, path)
+        if not is_b() and Path(path).name == "model.pt" and not a_saved.is_set():
+            a_saved.set()                   # A has stored its model.pt; B finishes now, or waits for A
+            assert b_done_or_waiting.wait(120), "run B neither finished nor waited on the entry's lock"
+
+    def write_hook(path, obj):
+        write_json(path, obj)
+        if is_b() and Path(path).name == "done.json":
+            b_done_or_waiting.set()
+
+    def flock_hook(fd, op):
+        if is_b() and not op & fcntl.LOCK_UN:
+            try:
+                return flock(fd, op | fcntl.LOCK_NB)
+            except BlockingIOError:
+                b_done_or_waiting.set()     # held by A: B waits until A has written both files
+        return flock(fd, op)
+    monkeypatch.setattr(distattn.train, "save_model", save_hook)
+    monkeypatch.setattr(stages, "write_json", write_hook)
+    monkeypatch.setattr(fcntl, "flock", flock_hook)
+
+    def b_evaluate(model):
+        out = _shifted(1.0)(model)          # B's weights differ from A's
+        b_ready.set()
+        assert a_saved.wait(120), "run A never stored its model"
+        return out
+
+    def run_b():
+        try:
+            runs["b"] = _tiny_lm_run(data, cache_b, b_evaluate)
+        except BaseException as exc:        # noqa: BLE001 (re-raised in the main thread)
+            errors.append(exc)
+            b_ready.set()
+            b_done_or_waiting.set()
+    thread = threading.Thread(target=run_b, name="run-b")
+    thread.start()
+    try:
+        assert b_ready.wait(120) and not errors, errors        # B trained, about to store its result
+        runs["a"] = _tiny_lm_run(data, cache_a)
+    finally:
+        a_saved.set()
+        thread.join(120)
+    assert not thread.is_alive() and not errors, errors
+    entry = runs["a"].checkpoint.parent
+    done = json.loads((entry / "done.json").read_text())
+    stored = stages._weights_sha256(load_model(entry / "model.pt"))
+    assert stored == done["weights_sha256"]                 # the pair matches
+    for r, cached in (("a", cache_a), ("b", cache_b)):
+        if cached:      # a cached run uses the entry's model and metrics, whichever run stored them
+            assert stages._weights_sha256(runs[r].model) == stored, r
+            assert runs[r].metrics == {k: v for k, v in done.items() if k != "weights_sha256"}, r
+    if not cache_b:     # a --no-cache run keeps the model it trained, though the entry holds A's
+        assert runs["b"].metrics["shift"] == 1.0 and stages._weights_sha256(runs["b"].model) != stored
+    # the next cached run loads the entry: no warning, no training
+    monkeypatch.setattr(Trainer, "fit", lambda self: pytest.fail("the entry was trained again"))
+    with caplog.at_level(logging.WARNING, logger="distattn.compare"):
+        again = _tiny_lm_run(data, True)
+    assert "damaged" not in caplog.text
+    weights = load_model(entry / "model.pt").state_dict()
+    assert all(torch.equal(again.model.state_dict()[k], v) for k, v in weights.items())
+
+
+def test_a_model_entry_lock_removed_while_waited_for_is_taken_afresh(tmp_path, monkeypatch):
+    """A run that waits for an entry's lock while another removes the entry (load_entry, finding it
+    damaged) must not go on holding the lock of a file no longer there, beside a run that locks the
+    new one."""
+    import shutil
+
+    from distattn.compare import stages
+    fcntl = pytest.importorskip("fcntl")
+    d = tmp_path / "train-lm-0"
+    calls, flock = [], fcntl.flock
+
+    def removed_while_waiting(fd, op):
+        calls.append(op)
+        if len(calls) == 1:
+            shutil.rmtree(d)            # meanwhile another run removes the entry
+        return flock(fd, op)
+    monkeypatch.setattr(fcntl, "flock", removed_while_waiting)
+    with stages._entry_lock(d):
+        held = os.stat(d / ".lock")
+        monkeypatch.setattr(fcntl, "flock", flock)
+        probe = os.open(d / ".lock", os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):            # the file there now is the one locked
+                fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        finally:
+            os.close(probe)
+    assert len(calls) == 2 and held.st_ino == os.stat(d / ".lock").st_ino
+
+
+@pytest.mark.parametrize("order", ["ours-cached-first", "ours-no-cache-first", "ours-no-cache-second"])
+def test_a_run_directory_holds_the_weights_its_run_used(tmp_path, monkeypatch, order):
+    """run.py hard-linked each model's entry model.pt into the run directory's checkpoints/ after the
+    last model had finished; a --no-cache run of the same config that stored its model in between
+    replaced the entry's file, so the run directory held another run's weights beside this run's
+    metrics and analyses. The entry is no longer replaced once finished, and a run whose entry holds
+    other weights (a --no-cache run that found it finished: "ours-no-cache-second", which passed
+    before too) saves its own model there."""
+    from types import SimpleNamespace
+
+    import torch
+
+    import distattn.compare.run as run_mod
+    from distattn.compare.config import CompareConfig
+    from distattn.compare.stages import _weights_sha256
+    from distattn.train import load_model
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    data = _lm_data()
+    ours = {}
+
+    def stage_models(*args, **kwargs):
+        if order == "ours-no-cache-second":     # another run's model already in the entry
+            _tiny_lm_run(data, True, _shifted(2.0))
+        ours["lm"] = _tiny_lm_run(data, order == "ours-cached-first", _shifted(1.0))
+        if order != "ours-no-cache-second":     # another (--no-cache) run finishes before this one links
+            _tiny_lm_run(data, False, _shifted(2.0))
+        return dict(ours)
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stop
+    monkeypatch.setattr(run_mod, "load_data", lambda *a, **k: SimpleNamespace(describe={}, clf_train=None))
+    monkeypatch.setattr(run_mod, "stage_statistics", lambda *a, **k: SimpleNamespace(key="s"))
+    monkeypatch.setattr(run_mod, "stage_projection", lambda *a, **k: [])
+    monkeypatch.setattr(run_mod, "stage_models", stage_models)
+    monkeypatch.setattr(run_mod, "cached_analysis", stop)          # the checkpoints are linked before it
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=20)
+    cfg = CompareConfig(corpus="text", path=str(corpus), out=str(tmp_path / "runs"), profile="quick").validate()
+    run_dir = tmp_path / "runs" / "run"
+    for sub in ("figures", "graphs", "checkpoints"):
+        (run_dir / sub).mkdir(parents=True)
+    with pytest.raises(Stop):
+        run_mod._study(cfg, run_dir, "quick", cfg.sizes(), torch.device("cpu"), order == "ours-cached-first",
+                       False)
+    kept = load_model(run_dir / "checkpoints" / "lm.pt")
+    assert _weights_sha256(kept) == _weights_sha256(ours["lm"].model)
+    assert ours["lm"].metrics["shift"] == 1.0
 
 
 def test_a_bad_max_memory_setting_fails_the_compare_before_any_stage(tmp_path, capsys, monkeypatch):

@@ -127,9 +127,10 @@ def test_two_compare_runs_training_one_cache_entry_neither_crashes_and_both_matc
 def test_compare_runs_with_and_without_no_cache_on_one_entry_none_crashes_and_all_match_one_run(tmp_path):
     """Three processes on one models-stage entry: a cached run paused mid-training in the entry, and
     meanwhile a --no-cache run (training in a directory of its own, then storing model.pt and done.json
-    into the entry) and another cached run started together; then the first goes on and stores its
-    own. None may crash, each must end with the weights and history of one uninterrupted run, and the
-    entry must be whole (its weights the ones done.json records), with nothing left beside it."""
+    into the entry) and another cached run started together; then the first goes on, finds the entry
+    finished and uses the model stored there (a finished entry is never replaced). None may crash,
+    each must end with the weights and history of one uninterrupted run, and the entry must be whole
+    (its weights the ones done.json records), with nothing left beside it."""
     from distattn.compare.stages import _weights_sha256
     script = tmp_path / "train_concurrent.py"
     script.write_text(SCRIPT)

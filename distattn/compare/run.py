@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import shutil
 import subprocess
@@ -18,8 +17,8 @@ import numpy as np
 
 from distattn.atomic import ensure_writable_dir, jsonable, missing_dirs, remove_empty_dirs, write_json
 from distattn.compare.config import CompareConfig
-from distattn.compare.stages import (Data, clamp_rank, load_data, projection_dir, stage_models, stage_projection,
-                                     stage_statistics)
+from distattn.compare.stages import (Data, clamp_rank, link_checkpoint, load_data, projection_dir, stage_models,
+                                     stage_projection, stage_statistics)
 from distattn.threads import start_numba_threads
 
 log = logging.getLogger("distattn.compare")
@@ -206,12 +205,8 @@ def _study(cfg: CompareConfig, run_dir: Path, profile: str, sizes, device, cache
             metrics["classifier_best"]["config"] = (
                 "seed architecture, token embeddings initialised from this run's PPMI-SVD vectors; epoch "
                 f"{m.get('best_epoch')} of {m.get('epochs')} picked on {m.get('val_docs')} held-out train {kind}")
-        for name, m in models.items():
-            dst = run_dir / "checkpoints" / f"{name}.pt"
-            try:
-                os.link(m.checkpoint, dst)
-            except OSError:
-                shutil.copy2(m.checkpoint, dst)
+        for name, m in models.items():           # the weights this run used, which its entry may not hold
+            link_checkpoint(m, run_dir / "checkpoints" / f"{name}.pt")
         metrics["analysis"] = _stage("analysis", timings, cached_analysis, run_dir, data, stats, models, sizes,
                                      device, cache)
         metrics["paper"] = paper_reproduction(run_dir)

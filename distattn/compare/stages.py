@@ -7,8 +7,10 @@ corpus -> data splits -> statistics -> projection table
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import pickle
 import shutil
 import time
@@ -25,6 +27,11 @@ from distattn.atomic import atomic_dir, config_hash, temp_dir, write_json
 from distattn.corpus import EncodedCorpus, RaggedIds, Vocabulary, get_corpus, sha256_file, tokenize_corpus
 from distattn.paths import cache_dir
 
+try:
+    import fcntl
+except ImportError:             # not POSIX: the models-stage entries go unlocked (_entry_lock)
+    fcntl = None
+
 log = logging.getLogger("distattn.compare")
 FORMAT = 2  # 2: LMs never trained to predict <unk>
 
@@ -39,6 +46,9 @@ def stage_dir(name: str, key_material: dict) -> tuple[Path, str]:
     return cache_dir() / "compare" / f"{name}-{key}", key
 
 
+_DAMAGED = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)    # what reading a damaged file raises
+
+
 def load_entry(d: Path, load, errors: tuple = ()):
     """``load()``, reading the stage entry ``d``; or None when the entry is damaged (a file cut short
     or garbled on disk), after removing it so that the recomputed stage can take its place. A
@@ -48,7 +58,7 @@ def load_entry(d: Path, load, errors: tuple = ()):
         return load()
     except PermissionError:         # not readable by this user (a shared cache): no sign of damage, kept
         raise
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, *errors) as exc:
+    except (*_DAMAGED, *errors) as exc:
         log.warning("ignoring damaged cache entry %s (%s: %s); recomputing it", d, type(exc).__name__, exc)
         shutil.rmtree(d, ignore_errors=True)
         return None
@@ -382,7 +392,7 @@ class Trained:
     name: str
     model: object
     metrics: dict
-    checkpoint: Path
+    checkpoint: Path        # the stage entry's model.pt (under --no-cache possibly another run's weights: link_checkpoint)
     key: str = ""           # the stage entry's (config.json's stage_keys)
 
 
@@ -401,21 +411,80 @@ def _weights_sha256(model) -> str:
     return h.hexdigest()
 
 
+@contextlib.contextmanager
+def _entry_lock(d: Path, shared: bool = False):
+    """Hold a lock on the models-stage entry ``d`` (``fcntl.flock`` on ``d/.lock``, created with ``d``):
+    exclusive while a run stores its ``model.pt`` and ``done.json``, shared while one reads them, so
+    that no reader sees one run's model beside another's ``done.json``. Not reentrant: a process
+    holding it must not take it again. A lock file removed while waiting for it (``load_entry``
+    removing a damaged entry) is opened afresh. Where there is no ``fcntl`` (not POSIX), or a reader
+    cannot create the lock file (an entry of another user's, written before there were locks), no lock
+    is taken."""
+    if fcntl is None:
+        yield
+        return
+    path = d / ".lock"
+    while True:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            # opened for writing to lock it exclusively: NFS emulates flock by fcntl locks, which need it
+            fd = os.open(path, (os.O_RDONLY if shared else os.O_RDWR) | os.O_CREAT, 0o666)
+        except OSError:
+            if not shared:
+                raise
+            log.debug("reading %s unlocked: cannot open %s", d, path, exc_info=True)
+            fd = None
+        if fd is None:
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            try:
+                now, held = os.stat(path), os.fstat(fd)
+                current = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+            except FileNotFoundError:
+                current = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if current:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        os.close(fd)            # releases the lock
+
+
 def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, evaluate=None) -> Trained:
     """Train (or load) one model. The stage directory holds the trainer's resumable
     ``checkpoint.pt`` while training, then ``model.pt`` and ``done.json`` (with the weights'
     sha256, checked on load: the run directory's hard link to model.pt lets an edit there, or a bit
     flipped on disk, change the weights, and torch.load checks no CRC).
 
+    An entry with its ``done.json`` is never replaced (except a damaged one): the first run of a
+    config to finish stores its pair, under an exclusive :func:`_entry_lock`, and a cached run that
+    finishes after it takes that model and those metrics, as if it had loaded the entry, discarding
+    its own. (Each file was written atomically but the pair was not: two runs finishing together, or a
+    ``--no-cache`` run storing its model while a cached one finished, could leave one's ``model.pt``
+    beside the other's ``done.json``, where their weights differ (a GPU's kernels), and the next run
+    removed the entry as damaged and trained again; a run that had stored its model could find the
+    other's in its run directory.) Readers hold the lock shared.
+
     ``cache=False`` (``--no-cache``) trains from scratch in a directory of its own beside the entry,
     never reading, resuming from or removing the entry: a cached run of the same config may be
     training in it or loading it, or have yet to link its ``model.pt`` into its run directory. Its
-    ``model.pt`` and ``done.json`` are then stored in the entry as a cached run finishing writes
-    them, so that the same command without ``--no-cache`` reuses the model."""
+    ``model.pt`` and ``done.json`` are then stored in the entry as a cached run finishing stores
+    them, so that the same command without ``--no-cache`` reuses the model; where the entry is
+    already finished it is left as it is, and the run keeps its own model and metrics: its
+    ``checkpoint`` then holds other weights, and :func:`link_checkpoint` puts the run's own in its run
+    directory."""
     from distattn.train import Trainer, load_model, save_model
     key_material = dict(key_material, train=train_cfg.fingerprint())
     d, key = stage_dir(f"train-{name}", key_material)
-    def load_trained():
+    damaged = (pickle.UnpicklingError,)
+
+    def load_trained():         # under _entry_lock
         metrics = json.loads((d / "done.json").read_text())
         digest = metrics.pop("weights_sha256", None)        # an entry written before it was recorded: none
         try:
@@ -430,9 +499,11 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
             raise ValueError(f"{d / 'model.pt'} is damaged: its weights' sha256 differs from the one done.json "
                              f"records")
         return Trained(name, model, metrics, d / "model.pt", key)
-    if cache and (d / "done.json").exists() and \
-            (trained := load_entry(d, load_trained, (pickle.UnpicklingError,))) is not None:
-        return trained
+    if cache and (d / "done.json").exists():
+        with _entry_lock(d, shared=True):
+            trained = load_entry(d, load_trained, damaged) if (d / "done.json").exists() else None
+        if trained is not None:
+            return trained
     d.mkdir(parents=True, exist_ok=True)
     # recompute: neither the finished model nor a checkpoint to resume from, in a directory named as
     # atomic.py names its temporaries (one a killed run leaves is swept). It once removed the entry
@@ -451,9 +522,46 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
             shutil.rmtree(own, ignore_errors=True)
     if evaluate is not None:
         metrics.update(evaluate(model))
-    save_model(model, d / "model.pt")
-    write_json(d / "done.json", {**metrics, "weights_sha256": _weights_sha256(model)})
+    digest = _weights_sha256(model)
+    stored = None
+    with _entry_lock(d):
+        if (d / "done.json").exists():          # another run of this config finished first
+            try:
+                stored = load_trained()
+            except PermissionError:
+                raise
+            except (*_DAMAGED, *damaged) as exc:
+                log.warning("replacing damaged cache entry %s (%s: %s) with this run's model", d,
+                            type(exc).__name__, exc)
+        if stored is None:
+            save_model(model, d / "model.pt")
+            write_json(d / "done.json", {**metrics, "weights_sha256": digest})
+    if stored is not None and cache:
+        log.info("%s: another run of the same config stored its model in %s first; this run uses it", name, d)
+        return stored
     return Trained(name, model, metrics, d / "model.pt", key)
+
+
+def link_checkpoint(trained: Trained, dst: Path) -> Path:
+    """Put the weights ``trained`` holds at ``dst`` (a run directory's ``checkpoints/<name>.pt``): a
+    hard link to (or, across file systems, a copy of) its entry's ``model.pt`` where that file holds
+    them, else ``trained.model`` saved there. The entry can hold other weights: a ``--no-cache`` run
+    whose entry another run had finished first (:func:`_train`), or an entry removed and trained
+    again since. Run directories once linked whatever the entry held by then, beside metrics and
+    analyses of other weights."""
+    from distattn.train import load_model, save_model
+    try:
+        os.link(trained.checkpoint, dst)
+    except OSError:
+        with contextlib.suppress(OSError):
+            shutil.copy2(trained.checkpoint, dst)
+    try:
+        same = _weights_sha256(load_model(dst)) == _weights_sha256(trained.model)
+    except (*_DAMAGED, pickle.UnpicklingError, RuntimeError):       # no file, another model, damaged
+        same = False
+    if not same:
+        save_model(trained.model, dst)          # atomically: replaces the link, never the entry's file
+    return dst
 
 
 def _lm_steps(sizes, steps_per_epoch: int) -> int | None:
