@@ -1327,6 +1327,30 @@ def test_a_run_directory_holds_the_weights_its_run_used(tmp_path, monkeypatch, o
     assert ours["lm"].metrics["shift"] == 1.0
 
 
+def test_the_analysis_entry_is_keyed_by_the_weights_the_run_used(tmp_path, monkeypatch):
+    """The analysis stage's key named each model by its entry only. A --no-cache run that found the
+    entry finished by another run keeps its own weights (and a damaged entry is trained again), so a
+    cached run could reuse an analysis of other weights than its models hold: the key now has their
+    sha256 too. Here the two runs' weights differ (as on a GPU)."""
+    from types import SimpleNamespace
+
+    from distattn.compare.config import CompareConfig
+    from distattn.compare.run import analysis_dir
+    from distattn.compare.stages import _weights_sha256
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    data = _lm_data()
+    stored = _tiny_lm_run(data, True, _shifted(1.0))
+    own = _tiny_lm_run(data, False, _shifted(2.0))        # --no-cache: the entry is finished, keeps its own
+    again = _tiny_lm_run(data, True)                      # a later cached run: the stored entry
+    assert own.checkpoint == stored.checkpoint == again.checkpoint
+    assert _weights_sha256(own.model) != _weights_sha256(stored.model) == _weights_sha256(again.model)
+    sizes = CompareConfig(corpus="paper").validate().sizes()
+    data_key, stats = SimpleNamespace(key="d"), SimpleNamespace(key="s")
+    key = {n: analysis_dir(data_key, stats, {"lm": m}, sizes)[1] for n, m in
+           (("stored", stored), ("own", own), ("again", again))}
+    assert key["own"] != key["stored"] == key["again"]
+
+
 def test_a_bad_max_memory_setting_fails_the_compare_before_any_stage(tmp_path, capsys, monkeypatch):
     """The setting was read only by a memory check; a warm run met the first one in the paper
     reproduction, after the data and every cached stage had been loaded. It is now refused at once."""

@@ -298,10 +298,13 @@ def analysis_dir(data: Data, stats, models: dict, sizes) -> tuple[Path, str]:
     # IMDB example reviews are drawn for IMDB only; 5: the CKA figure's title names a text corpus's documents;
     # 6: the learned kernel is exp(q·k/√d) for every pair (it took the causal mask's pairs as the smallest score);
     # 7: a heatmap without learned heads (--no-models) is titled as the projection's alone, with "learned_heads";
-    # 8: the spectra of the randomized SVDs record max_rel_residual
-    return stage_dir("analysis", {"version": 8, "data": data.key, "stats": stats.key,
+    # 8: the spectra of the randomized SVDs record max_rel_residual; 9: each model by its entry and the
+    # sha256 of the weights the run used (a model entry removed as damaged and trained again, or a
+    # --no-cache run's own model beside a finished entry, once met the analysis of other weights)
+    return stage_dir("analysis", {"version": 9, "data": data.key, "stats": stats.key,
                                   "sizes": dataclasses.asdict(sizes),
-                                  "models": {n: m.checkpoint.parent.name for n, m in models.items()}})
+                                  "models": {n: [m.checkpoint.parent.name, m.weights_sha256]
+                                             for n, m in models.items()}})
 
 
 def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, device, cache: bool = True) -> dict:

@@ -394,6 +394,7 @@ class Trained:
     metrics: dict
     checkpoint: Path        # the stage entry's model.pt (under --no-cache possibly another run's weights: link_checkpoint)
     key: str = ""           # the stage entry's (config.json's stage_keys)
+    weights_sha256: str = ""    # of ``model``'s weights (_weights_sha256): in the analysis stage's key
 
 
 def _weights_sha256(model) -> str:
@@ -498,7 +499,7 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
         if digest is not None and _weights_sha256(model) != digest:
             raise ValueError(f"{d / 'model.pt'} is damaged: its weights' sha256 differs from the one done.json "
                              f"records")
-        return Trained(name, model, metrics, d / "model.pt", key)
+        return Trained(name, model, metrics, d / "model.pt", key, digest or _weights_sha256(model))
     if cache and (d / "done.json").exists():
         with _entry_lock(d, shared=True):
             trained = load_entry(d, load_trained, damaged) if (d / "done.json").exists() else None
@@ -539,7 +540,7 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     if stored is not None and cache:
         log.info("%s: another run of the same config stored its model in %s first; this run uses it", name, d)
         return stored
-    return Trained(name, model, metrics, d / "model.pt", key)
+    return Trained(name, model, metrics, d / "model.pt", key, digest)
 
 
 def link_checkpoint(trained: Trained, dst: Path) -> Path:
@@ -556,7 +557,7 @@ def link_checkpoint(trained: Trained, dst: Path) -> Path:
         with contextlib.suppress(OSError):
             shutil.copy2(trained.checkpoint, dst)
     try:
-        same = _weights_sha256(load_model(dst)) == _weights_sha256(trained.model)
+        same = _weights_sha256(load_model(dst)) == (trained.weights_sha256 or _weights_sha256(trained.model))
     except (*_DAMAGED, pickle.UnpicklingError, RuntimeError):       # no file, another model, damaged
         same = False
     if not same:
