@@ -79,7 +79,8 @@ def test_download_into_cache_from_file_url(imdb_archive, tmp_path, monkeypatch):
 
 
 def test_wrong_download_is_rejected_and_removed(tmp_path, monkeypatch):
-    import tarfile, io
+    import io
+    import tarfile
     fake = tmp_path / "fake.tar.gz"
     with tarfile.open(fake, "w:gz") as tf:
         data = b"a tiny review"
