@@ -115,7 +115,9 @@ def test_vocabulary_decode_refuses_an_id_out_of_range_naming_it_and_the_range(ba
 
 @pytest.mark.parametrize("ids, shown", [
     ([2, 1.7], "ids[1] = 1.7 is a float"), ([2, 3, True], "ids[2] = True is a bool"),
-    (np.array([2.0, 3.0]), "ids[0] = np.float64(2.0) is a float64"), (np.array([False, True]), "ids[0] = np.False_ is a bool"),
+    # numpy's own repr and type name: np.float64(2.0), np.False_ and bool from numpy 2 on; 2.0, False and bool_ before
+    (np.array([2.0, 3.0]), f"ids[0] = {np.float64(2.0)!r} is a {np.float64.__name__}"),
+    (np.array([False, True]), f"ids[0] = {np.False_!r} is a {np.bool_.__name__}"),
     (["2"], "ids[0] = '2' is a str"),
 ])
 def test_vocabulary_decode_refuses_ids_that_are_not_integers_naming_the_first(ids, shown):
