@@ -137,11 +137,16 @@ class MultiHeadSelfAttention(nn.Module):
             key_mask = None   # right padding: a real query never sees a later (padded) key
         explicit = self.hook_scores.active or self.hook_pattern.active
         dropout_p = self.dropout if self.training else 0.0
+        # a batch row with no key at all: the fused kernel gives zeros for it from torch 2.5 on, but NaN
+        # on torch 2.4 (and NaN gradients); so it attends to every key there and its output is zeroed
+        no_key = None if key_mask is None or explicit else ~key_mask.any(dim=-1)[:, None, None, None]
 
         if not explicit and self.relative is None:
-            mask = None if key_mask is None else key_mask[:, None, None, :]
+            mask = None if key_mask is None else (key_mask[:, None, None, :] | no_key)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
                                                is_causal=self.causal and mask is None)
+            if mask is not None:
+                y = y.masked_fill(no_key, 0.0)
         else:
             allowed = None
             if key_mask is not None:
@@ -150,9 +155,13 @@ class MultiHeadSelfAttention(nn.Module):
                 allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             if not explicit:     # relative positions, nobody listening: fused kernel with a float mask
                 bias = self.relative(q) * scale
+                if no_key is not None:
+                    allowed = allowed | no_key
                 if allowed is not None:
                     bias = bias.masked_fill(~allowed, float("-inf"))
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p)
+                if no_key is not None:
+                    y = y.masked_fill(no_key, 0.0)
             else:
                 # scores and pattern in float32 even under bf16/fp16 autocast, so that what the hooks
                 # capture is not rounded to 8 bits of mantissa (a bf16 pattern's rows sum to 1 ± 1e-2);
