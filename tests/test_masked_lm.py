@@ -314,6 +314,19 @@ def test_capture_keeps_the_masked_positions_and_bad_positions_are_named():
         model(ids, torch.zeros(2, 2), targets)
 
 
+def test_int32_positions_give_what_int64_positions_give():
+    """forward accepts int32 positions, but gathered with them as they were: torch before 2.8 (2.4.1
+    seen here) refused them ('gather(): Expected dtype int64 for index'); 778624b casts them."""
+    torch.manual_seed(0)
+    model = tiny_mlm().eval()
+    b = MaskedLMData(random_docs(), seq_len=16, mask_id=MASK).batch([0, 1])
+    assert b["positions"].dtype == torch.int64
+    want_logits, want_loss = model(b["ids"], b["positions"], b["targets"])
+    logits, loss = model(b["ids"], b["positions"].to(torch.int32), b["targets"])
+    torch.testing.assert_close(logits, want_logits)
+    torch.testing.assert_close(loss, want_loss)
+
+
 def test_data_with_another_mask_id_than_the_model_is_refused():
     """MaskedLMData's [MASK] id was never compared with the model's: data built with another id (a
     valid word of the model's vocabulary) trained without a word of warning."""
