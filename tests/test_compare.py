@@ -1247,6 +1247,95 @@ def test_two_runs_finishing_one_model_entry_together_leave_a_matching_pair(tmp_p
     assert all(torch.equal(again.model.state_dict()[k], v) for k, v in weights.items())
 
 
+def test_a_cached_run_stores_its_own_best_epoch_though_another_run_replaced_best_pt(tmp_path, monkeypatch):
+    """Two cached runs of one config train in the same entry, so they share its best.pt. _train took the
+    weights it stores from best.pt once fit() returned; a run behind the other writes best.pt at each
+    of its own improvements, so the leader stored the lagging run's earlier best epoch beside a history
+    naming its own later one, and the entry kept that mismatch for good. Here run B is held before its
+    epoch-2 selection while run A trains to the end; B then writes its epoch-2 best.pt after A's epoch 3
+    and before A takes its best weights. A must store the weights of the epoch its metrics name: those
+    of a run alone."""
+    import threading
+
+    import torch
+
+    import distattn.train
+    from distattn.compare import stages
+    from distattn.models import LMConfig, TransformerLM
+    from distattn.train import LMTask, Trainer, load_model, seed_everything
+    from distattn.train.recipes import lm_train_config
+    data = _lm_data()
+    at_epoch_2, release_b, b_wrote_epoch_2, a_done = (threading.Event() for _ in range(4))
+    errors, runs = [], {}
+
+    class HeldTask(LMTask):             # run B's: holds B before its epoch-2 selection and after it
+        calls = 0
+
+        def evaluate(self, model, device, autocast=None):
+            out = super().evaluate(model, device, autocast)
+            HeldTask.calls += 1
+            if HeldTask.calls == 2:     # epoch 2 evaluated, best.pt not yet written
+                at_epoch_2.set()
+                assert release_b.wait(120), "run A never finished training"
+            elif HeldTask.calls == 3:   # epoch 2's best.pt written (its selection came before epoch 3)
+                b_wrote_epoch_2.set()
+                assert a_done.wait(120), "run A never stored its model"
+            return out
+
+    def run(cache_dir, task_cls=LMTask):
+        monkeypatch.setenv("DISTATTN_CACHE_DIR", str(cache_dir))
+        seed_everything(0)
+        model = TransformerLM(LMConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, max_len=16))
+        tcfg = lm_train_config(epochs=3, batch_size=8, lr=3e-3, device="cpu", progress=False, quiet=True,
+                               warmup_steps=2, select_on="val/loss", save_best=True)
+        return stages._train("lm", model, task_cls(data, {"val": data}), tcfg, {"test": "best"}, cache=True)
+
+    alone = run(tmp_path / "alone")
+    losses = [e["eval"]["val"]["loss"] for e in alone.metrics["history"]]
+    assert losses[0] > losses[1] > losses[2] and alone.metrics["best"]["epoch"] == 3     # each epoch a new best
+
+    class Hooked(Trainer):              # run A: once fit() is done, B writes its epoch-2 best.pt
+        def fit(self):
+            result = super().fit()
+            if threading.current_thread().name != "run-b":
+                release_b.set()
+                assert b_wrote_epoch_2.wait(120), "run B never wrote its epoch-2 best.pt"
+            return result
+    monkeypatch.setattr(distattn.train, "Trainer", Hooked)
+
+    def run_b():
+        try:
+            runs["b"] = stages._train("lm", *b_args, cache=True)
+        except BaseException as exc:    # noqa: BLE001 (re-raised in the main thread)
+            errors.append(exc)
+            at_epoch_2.set()
+            b_wrote_epoch_2.set()
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "shared"))
+    seed_everything(0)
+    b_model = TransformerLM(LMConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, max_len=16))
+    b_args = (b_model, HeldTask(data, {"val": data}),
+              lm_train_config(epochs=3, batch_size=8, lr=3e-3, device="cpu", progress=False, quiet=True,
+                              warmup_steps=2, select_on="val/loss", save_best=True), {"test": "best"})
+    thread = threading.Thread(target=run_b, name="run-b")
+    thread.start()
+    try:
+        assert at_epoch_2.wait(120) and not errors, errors
+        runs["a"] = run(tmp_path / "shared")
+    finally:
+        a_done.set()
+        release_b.set()
+        thread.join(120)
+    assert not thread.is_alive() and not errors, errors
+    expected = alone.model.state_dict()
+    entry = runs["a"].checkpoint.parent
+    assert runs["a"].metrics["best"]["epoch"] == 3
+    for name, model in (("A", runs["a"].model), ("the entry", load_model(entry / "model.pt")),
+                        ("B", runs["b"].model)):
+        got = model.state_dict()
+        assert all(torch.equal(got[k], expected[k]) for k in expected), f"{name} holds other weights than epoch 3's"
+    assert json.loads((entry / "done.json").read_text())["weights_sha256"] == alone.weights_sha256
+
+
 def test_a_model_entry_lock_removed_while_waited_for_is_taken_afresh(tmp_path, monkeypatch):
     """A run that waits for an entry's lock while another removes the entry (load_entry, finding it
     damaged) must not go on holding the lock of a file no longer there, beside a run that locks the

@@ -228,6 +228,64 @@ def test_trainer_learns_and_writes_metrics(tmp_path):
     assert got["accuracy"] == want["accuracy"] and got["loss"] == pytest.approx(want["loss"], rel=1e-6)
 
 
+def _best_run(out_dir, callbacks=()):
+    """6 epochs of 6 steps whose validation loss is lowest at epoch 4."""
+    docs, y = toy_docs()
+    seed_everything(0)
+    task = ClassificationTask(ClassificationData(docs[:48], y[:48], max_len=16),
+                              {"val": ClassificationData(docs[48:], y[48:], max_len=16)})
+    trainer = Trainer(tiny_classifier(), task, quiet(epochs=6, batch_size=8, lr=1e-2, warmup_steps=3,
+                                                     select_on="val/loss", save_best=True), out_dir=out_dir,
+                      callbacks=callbacks)
+    return trainer, trainer.fit()
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_best_state_dict_holds_the_best_epoch_and_a_resume_takes_it_from_the_checkpoint_not_best_pt(tmp_path):
+    """The weights of the best epoch are the Trainer's own (``best_state_dict``, also in checkpoint.pt),
+    not read back from best.pt: another run training in the same out_dir (two compare runs of one
+    config) writes best.pt at its own improvements. A run stopped after its best epoch and resumed
+    restores them from its checkpoint, whatever best.pt holds by then."""
+    trainer, out = _best_run(tmp_path / "a")
+    best = trainer.best_state_dict
+    losses = [h["eval"]["val"]["loss"] for h in out["history"]]
+    assert out["best"]["epoch"] == 1 + int(np.argmin(losses)) == 4 < len(losses)
+    assert all(v.device.type == "cpu" for v in best.values()) and not _same(best, trainer.model.state_dict())
+    assert _same(best, load_model(tmp_path / "a" / "best.pt").state_dict())
+
+    def stop(trainer, step, loss):              # in epoch 5, after epoch 4's checkpoint
+        if step == 26:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        _best_run(tmp_path / "b", [stop])
+    save_model(tiny_classifier(), tmp_path / "b" / "best.pt")      # another run's weights in best.pt
+    again, res = _best_run(tmp_path / "b")
+    assert res["best"]["epoch"] == 4 and _history(tmp_path / "b") == _history(tmp_path / "a")
+    assert _same(again.best_state_dict, best)
+    assert Trainer(tiny_classifier(), again.task, quiet(epochs=1)).best_state_dict is None    # before fit()
+
+
+def test_a_checkpoint_without_best_weights_resumes_with_best_pt_and_a_warning(tmp_path):
+    """A checkpoint written before checkpoints held the best epoch's weights: a resume takes them from
+    best.pt, saying that nothing ties that file to the run; with no best.pt, it says they are lost."""
+    trainer, _ = _best_run(tmp_path)
+    best = trainer.best_state_dict
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    del ckpt["best_model"]
+    torch.save(ckpt, tmp_path / "checkpoint.pt")
+    with pytest.warns(UserWarning, match=r"written before checkpoints held the best epoch's weights: they are "
+                                         r"restored from .*best\.pt"):
+        again, _ = _best_run(tmp_path)
+    assert _same(again.best_state_dict, best)
+    (tmp_path / "best.pt").unlink()
+    with pytest.warns(UserWarning, match=r"holds no weights of its best epoch \(\d\) and there is no best\.pt"):
+        lost, _ = _best_run(tmp_path)
+    assert lost.best_state_dict is None
+
+
 def test_predict_and_evaluate_run_without_dropout_and_restore_the_mode():
     cpu = torch.device("cpu")
     docs, y = toy_docs(32)

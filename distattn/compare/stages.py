@@ -513,9 +513,12 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     out = d if own is None else own
     try:
         t = time.perf_counter()
-        result = Trainer(model, task, train_cfg, out_dir=out).fit()
-        if train_cfg.save_best and (out / "best.pt").exists():      # keep the weights the metrics were selected on
-            load_model(out / "best.pt", model)
+        trainer = Trainer(model, task, train_cfg, out_dir=out)
+        result = trainer.fit()
+        # keep the weights the metrics were selected on: the trainer's own, not best.pt, which another
+        # cached run training in the entry may have replaced with those of its own (earlier) best epoch
+        if train_cfg.save_best and trainer.best_state_dict is not None:
+            model.load_state_dict(trainer.best_state_dict)
         metrics = {"train_seconds": time.perf_counter() - t, "summary": result.get("summary", {}),
                    "history": result.get("history", []), "best": result.get("best")}
     finally:

@@ -21,8 +21,8 @@
 from __future__ import annotations
 
 import atexit
-import datetime
 import contextlib
+import datetime
 import dataclasses
 import json
 import math
@@ -85,7 +85,8 @@ class TrainConfig:
     checkpoint_every: int = 0            # steps; 0: only at the end of each epoch
     resume: bool = True
     select_on: str | None = None         # "set/metric", e.g. "val/accuracy": records the best epoch
-    save_best: bool = False              # with select_on: also keep the best weights (best.pt)
+    save_best: bool = False              # with select_on: also keep the best weights (Trainer.best_state_dict,
+    #                                      best.pt, and in checkpoint.pt, which then holds two copies of the weights)
     log_every: int = 50
     progress: bool = True                # a tqdm bar; without it one line per epoch is printed
     quiet: bool = False                  # neither bar nor epoch lines
@@ -419,6 +420,12 @@ class Trainer:
     ``fit()`` returns the summary that ``metrics.json`` also holds; its ``segments`` list the device, bf16
     and number of processes of each stretch of steps (a resume that changes them starts a new one, and a
     change of precision, e.g. ``precision="auto"`` resumed off CUDA, or of processes is warned about).
+
+    With ``save_best``, ``best_state_dict`` holds the best epoch's weights (a state dict on the CPU) once
+    ``fit()`` has run: the weights ``best`` describes, kept in memory and in ``checkpoint.pt`` (a resumed
+    run restores them from there). ``best.pt`` is a copy written for other readers; this run never reads
+    it back, as another run training in the same ``out_dir`` (two compare runs of one config) may have
+    replaced it with weights of its own best epoch.
     """
 
     def __init__(self, model: nn.Module, task, config: TrainConfig, out_dir=None,
@@ -426,6 +433,7 @@ class Trainer:
         self.model, self.task, self.config = model, task, config.validate()
         self.out_dir = None if out_dir is None else Path(out_dir)
         self.callbacks = list(callbacks)
+        self.best_state_dict: dict | None = None
 
     def fingerprint(self) -> dict:
         return {"model": _model_config(self.model), "train": self.config.fingerprint(), "task": self.task.fingerprint()}
@@ -436,7 +444,8 @@ class Trainer:
             return
         with atomic_path(self.out_dir / "checkpoint.pt") as tmp:
             torch.save({"format": CHECKPOINT_FORMAT, "fingerprint": self.fingerprint(), "model": raw.state_dict(),
-                        "optimizer": opt.state_dict(), "state": dataclasses.asdict(state)}, tmp)
+                        "optimizer": opt.state_dict(), "state": dataclasses.asdict(state),
+                        "best_model": self.best_state_dict}, tmp)
 
     def _metrics(self, state: _State, summary: dict, rank: int) -> None:
         if self.out_dir is not None and rank == 0:
@@ -464,8 +473,26 @@ class Trainer:
         stale = state.best is None or (state.best["value"] != state.best["value"] and value == value)
         if stale or better(value, state.best["value"]):
             state.best = {"epoch": record["epoch"], "value": value, "eval": record["eval"]}
-            if self.config.save_best and self.out_dir is not None and rank == 0:
-                save_model(raw, self.out_dir / "best.pt")
+            if self.config.save_best:
+                self.best_state_dict = {k: v.detach().to("cpu", copy=True) for k, v in raw.state_dict().items()}
+                if self.out_dir is not None and rank == 0:
+                    save_model(raw, self.out_dir / "best.pt")
+
+    def _resumed_best(self, ckpt: dict, ckpt_path: Path, state: _State) -> dict | None:
+        """The best epoch's weights a resumed run restores: the checkpoint's, or (a checkpoint written
+        before checkpoints held them) those of ``best.pt`` beside it, which nothing ties to ``state.best``."""
+        if ckpt.get("best_model") is not None:
+            return ckpt["best_model"]
+        legacy = ckpt_path.with_name("best.pt")
+        if not legacy.exists():
+            warnings.warn(f"{ckpt_path} holds no weights of its best epoch ({state.best['epoch']}) and there is "
+                          f"no best.pt beside it; best_state_dict stays None until an epoch improves on it",
+                          stacklevel=3)
+            return None
+        warnings.warn(f"{ckpt_path} was written before checkpoints held the best epoch's weights: they are "
+                      f"restored from {legacy}, which another run training in {ckpt_path.parent} may have "
+                      f"replaced", stacklevel=3)
+        return dict(torch.load(legacy, map_location="cpu", weights_only=False)["model"])
 
     def fit(self) -> dict:
         with tf32_matmuls(self.config.tf32):     # for this run only (it was left on for the whole process)
@@ -513,6 +540,7 @@ class Trainer:
                           f"decay never starts; lower warmup_steps or train longer", stacklevel=2)
 
         state = _State()
+        self.best_state_dict = None
         ckpt_path = None if self.out_dir is None else self.out_dir / "checkpoint.pt"
         if cfg.resume and ckpt_path is not None and ckpt_path.exists():
             ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
@@ -523,6 +551,8 @@ class Trainer:
             raw.load_state_dict(ckpt["model"])
             opt.load_state_dict(ckpt["optimizer"])
             state = _State(**ckpt["state"])
+            if cfg.save_best and state.best is not None:
+                self.best_state_dict = self._resumed_best(ckpt, ckpt_path, state)
         here = {"from_step": state.step, "device": str(device), "bf16": bf16, "world_size": world}
         last = state.segments[-1] if state.segments else None
         if state.step < total and (last is None or any(last[k] != here[k] for k in ("device", "bf16", "world_size"))):
