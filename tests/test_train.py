@@ -229,7 +229,7 @@ def test_trainer_learns_and_writes_metrics(tmp_path):
 
 
 def _best_run(out_dir, callbacks=()):
-    """6 epochs of 6 steps whose validation loss is lowest at epoch 4."""
+    """6 epochs of 6 steps whose validation loss is lowest before the last."""
     docs, y = toy_docs()
     seed_everything(0)
     task = ClassificationTask(ClassificationData(docs[:48], y[:48], max_len=16),
@@ -252,18 +252,18 @@ def test_best_state_dict_holds_the_best_epoch_and_a_resume_takes_it_from_the_che
     trainer, out = _best_run(tmp_path / "a")
     best = trainer.best_state_dict
     losses = [h["eval"]["val"]["loss"] for h in out["history"]]
-    assert out["best"]["epoch"] == 1 + int(np.argmin(losses)) == 4 < len(losses)
+    assert out["best"]["epoch"] == 1 + int(np.argmin(losses)) < len(losses)     # (4 under torch 2.13, 3 under 2.4)
     assert all(v.device.type == "cpu" for v in best.values()) and not _same(best, trainer.model.state_dict())
     assert _same(best, load_model(tmp_path / "a" / "best.pt").state_dict())
 
-    def stop(trainer, step, loss):              # in epoch 5, after epoch 4's checkpoint
-        if step == 26:
+    def stop(trainer, step, loss):              # in the epoch after the best one, past its checkpoint
+        if step == 6 * out["best"]["epoch"] + 2:
             raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):
         _best_run(tmp_path / "b", [stop])
     save_model(tiny_classifier(), tmp_path / "b" / "best.pt")      # another run's weights in best.pt
     again, res = _best_run(tmp_path / "b")
-    assert res["best"]["epoch"] == 4 and _history(tmp_path / "b") == _history(tmp_path / "a")
+    assert res["best"] == out["best"] and _history(tmp_path / "b") == _history(tmp_path / "a")
     assert _same(again.best_state_dict, best)
     assert Trainer(tiny_classifier(), again.task, quiet(epochs=1)).best_state_dict is None    # before fit()
 
