@@ -787,18 +787,24 @@ def test_a_query_with_no_key_gives_the_same_output_on_the_capture_path(positiona
     assert not seen[0][1].any() and torch.allclose(seen[0][0].sum(-1), torch.ones(2, 4))
 
 
+@pytest.mark.parametrize("capture", [False, True], ids=["fused", "capture"])
 @pytest.mark.parametrize("positional", ["none", "relative"])
-def test_a_batch_row_with_no_key_trains_on_the_fused_path_with_finite_gradients(positional):
+def test_a_batch_row_with_no_key_trains_on_the_fused_path_with_finite_gradients(positional, capture):
     """torch 2.4's fused kernel gave NaN for a row with no key (zeros only from torch 2.5 on): the
     output, and so the loss and every gradient, came out NaN. Its attention output is zero now (the
-    layer gives its output projection's bias there), and the other row is as it was alone."""
+    layer gives its output projection's bias there), and the other row is as it was alone. The
+    capture path (a hook on the pattern) must train such a row as the fused path does."""
     from distattn.models.attention import MultiHeadSelfAttention
     torch.manual_seed(0)
     attn = MultiHeadSelfAttention(16, 2, positional=positional, max_len=8).train()
     attn.dropout = 0.0
+    seen = []
+    if capture:
+        attn.hook_pattern.register_forward_hook(lambda mod, inp, out: seen.append(out))
     x = torch.randn(2, 4, 16, requires_grad=True)
     key_mask = torch.tensor([[True, True, False, False], [False] * 4])
     y = attn(x, key_mask)
+    assert len(seen) == capture
     torch.testing.assert_close(y[1], attn.out.bias.detach().expand(4, 16))
     torch.testing.assert_close(y[0], attn(x[:1], key_mask[:1])[0])
     y.square().sum().backward()
