@@ -68,16 +68,20 @@ def log(*a):
 
 # -- data -----------------------------------------------------------------------------------------
 
-def load_data(prep: str | None, smoke: bool) -> dict:
+def load_data(prep: str | None, smoke: bool, with_svd: bool = True) -> dict:
+    """The prepared arrays at ``prep``, else built from the IMDB corpus; built, the PPMI-SVD vectors only
+    ``with_svd`` (the ``best`` part's rows; about a minute of the build, which a one-call GPU session
+    running ``seed,lm,mfu`` from the carried archive does not have to spare)."""
     if prep and Path(prep).exists():
         z = np.load(prep)
         arrays = {k: z[k] for k in z.files}
         log(f"loaded prepared arrays from {prep}")
     else:
-        log(f"no prepared arrays at {prep}: building them from the IMDB corpus")
+        log(f"no prepared arrays at {prep}: building them from the IMDB corpus"
+            + ("" if with_svd else " (no PPMI-SVD vectors: no part here uses them)"))
         sys.path.insert(0, str(Path(__file__).parent))
         from prepare_imdb import build_arrays
-        arrays = build_arrays(256, log=log)
+        arrays = build_arrays(256, with_svd=with_svd, log=log)
     data = {}
     for split in ("train", "test", "unsup"):
         ids = arrays[f"{split}_ids"].astype(np.int32)
@@ -714,7 +718,7 @@ def main():
             "overrides": overrides,
             "resumed_from": sorted(c.parent.name for c in args.runs.glob("*/checkpoint.pt")) if args.resume else []}
     log(json.dumps(info))
-    data = load_data(args.prep, args.smoke)
+    data = load_data(args.prep, args.smoke, with_svd="best" in parts)
     info["vocab_from"] = data["vocab_from"]
     for part in parts:
         fn = PARTS[part]

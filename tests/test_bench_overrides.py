@@ -254,8 +254,13 @@ def _owed_gpu_calls() -> list[tuple[list[str], str]]:
 
 def test_the_readme_lists_the_owed_gpu_calls():
     calls = _owed_gpu_calls()
-    assert [args[0] for args, _ in calls] == ["seed,mfu,seedvar,seedsplit", "best", "best", "best", "best"]
+    assert [args[0] for args, _ in calls] == ["best", "best", "best", "best", "seedvar,seedsplit"]
     assert [args[args.index("--rows") + 1] for args, _ in calls if "--rows" in args] == ["F,I", "H", "G", "E"]
+    # the first call is the one-call session (compare, seed, lm, mfu), carrying the archive's folder
+    text = (Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "README.md").read_text()
+    first = text[text.index("| figure | command | carry |"):].splitlines()[2]
+    assert "`bash benchmarks/gpu_session.sh` | `.gpu` (the archive only) |" in first
+    assert (Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_session.sh").is_file()
 
 
 @pytest.mark.parametrize("args, carry", _owed_gpu_calls(), ids=lambda v: " ".join(v) if isinstance(v, list) else v)
@@ -330,3 +335,23 @@ def test_prepare_imdb_refuses_an_unknown_vocabulary_source_before_reading_the_co
     monkeypatch.setattr(sys, "argv", ["prepare_imdb.py", "--vocab-from", "test"])
     with pytest.raises(SystemExit):
         prepare_imdb.main()
+
+
+@pytest.mark.parametrize("part, svd", [("seed,lm,mfu", False), ("seed,best", True)])
+def test_arrays_built_from_the_corpus_get_ppmi_svd_vectors_only_for_the_best_part(tmp_path, monkeypatch, part, svd):
+    """With no prepared file (the one-call GPU session carries the archive, not the arrays), the
+    arrays are built from the corpus; the PPMI-SVD vectors took part of that build for every part,
+    though only ``best``'s rows use them."""
+    import prepare_imdb
+
+    asked = []
+
+    def build(dim, with_svd=True, log=print, **kw):
+        asked.append(with_svd)
+        raise KeyboardInterrupt("stop after the build was asked for")
+
+    monkeypatch.setattr(prepare_imdb, "build_arrays", build)
+    monkeypatch.setattr(bench_models, "DEFAULT_PREP", str(tmp_path / "absent" / "imdb_prep.npz"))
+    with pytest.raises(KeyboardInterrupt):
+        _main(monkeypatch, "--part", part, "--smoke", "--out", str(tmp_path / "out"))
+    assert asked == [svd]

@@ -1,4 +1,4 @@
-"""``benchmarks/gpu_check.sh`` and ``gpu_compare.sh``, the owed GPU calls, run here with a stand-in
+"""``benchmarks/gpu_check.sh``, ``gpu_compare.sh`` and ``gpu_session.sh``, the owed GPU calls, run here with a stand-in
 ``python3`` (no GPU, no training): what they leave in ``$OUT`` is all a device call brings back, at
 most 8 files, so a mistake in them would only show after the lent machine's minutes were spent."""
 
@@ -67,6 +67,9 @@ if args[:2] == ["-m", "distattn.compare"]:
     (run / "config.json").write_text(run.name)
     if n == 0 and os.environ.get("FAKE_COLD") == "cut":        # killed by the timeout mid-run
         sys.exit(124)
+    if n == 0 and os.environ.get("FAKE_COLD") == "hang":       # runs until the timeout kills it
+        import time
+        time.sleep(120)
     for name in ("metrics.json", "report.html"):
         (run / name).write_text(run.name)
     print("report", run)
@@ -188,3 +191,55 @@ def test_gpu_compare_smoke_test_decides_by_pytest_exit_status_and_skips_the_imdb
     assert text in (out / "smoke.txt").read_text()
     if not runs:
         assert f"pytest exit {rc}" in done.stdout
+
+
+def _session(tmp_path: Path, **env_extra) -> tuple[subprocess.CompletedProcess, Path, list[str]]:
+    env = _fake_bin(tmp_path)
+    env.update(SESSION_STAGE=str(tmp_path / "stage"), COMPARE_CACHE=str(tmp_path / "cache"), **env_extra)
+    done = subprocess.run(["bash", "benchmarks/gpu_session.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    out = tmp_path / "out"
+    with tarfile.open(out / "session.tar.gz") as tar:
+        names = sorted(m.name.removeprefix("./") for m in tar.getmembers() if m.isfile())
+    return done, out, names
+
+
+def test_gpu_session_runs_the_compare_then_the_models_and_brings_everything_back_in_three_files(tmp_path):
+    """The one call a session's 15 device-minutes allow: the compare cold and warm, then the seed,
+    lm and mfu parts; the device brings back at most 8 files, so the steps' files travel as one
+    archive (without the run directories' checkpoints, nor gpu_check.sh's own archive of bench/)."""
+    done, out, names = _session(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _returned(out) == ["report.html", "session.log", "session.tar.gz"]
+    assert (out / "report.html").read_text() == "imdb-0"           # the cold run's
+    assert {"compare/compare_cold.log", "compare/compare_warm.log", "compare/report.html", "compare/metrics.json",
+            "compare/config.json", "models/log_seed_lm_mfu.txt", "models/stage/bench/seed.json",
+            "models/stage/bench/mfu.json"} <= set(names)
+    assert not [n for n in names if n.startswith("runs/") or n.endswith(".tar.gz")], names
+    assert not (tmp_path / "out" / "smoke.txt").exists() and not any("smoke" in n for n in names)
+    log = (out / "session.log").read_text()
+    assert "compare: up to 360 s" in log or "compare: up to 359 s" in log      # COMPARE_TIMEOUT 330 + the warm run's 30
+    assert "compare: exit 0" in log and "models: exit 0" in log and "cold wall" in log and "warm wall" in log
+    # the models step read the compare's cache and the carried archive: the same folders
+    assert "stage cache: empty" in (tmp_path / "stage" / "compare" / "compare_cold.log").read_text()
+    assert "bench done" in (tmp_path / "stage" / "models" / "log_seed_lm_mfu.txt").read_text()
+
+
+def test_gpu_session_skips_a_step_it_has_no_time_left_for_and_says_so(tmp_path):
+    done, out, names = _session(tmp_path, SESSION_DEADLINE="40", SESSION_MIN_COMPARE="100", SESSION_MIN_MODELS="5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (out / "session.log").read_text()
+    assert "compare: skipped" in log and "it needs 100" in log and "models: up to" in log
+    assert not [n for n in names if n.startswith("compare/")] and "models/stage/bench/seed.json" in names
+    assert not (out / "report.html").exists()
+
+
+def test_gpu_session_goes_on_to_the_models_when_the_cold_compare_is_cut_at_its_timeout(tmp_path):
+    """A cold compare slower than its share of the call is killed; the warm run and the models step
+    still run, and the session's exit status says that a step failed."""
+    done, out, names = _session(tmp_path, FAKE_COLD="hang", COMPARE_TIMEOUT="2", SESSION_MIN_MODELS="5")
+    assert done.returncode == 124, done.stdout + done.stderr
+    log = (out / "session.log").read_text()
+    assert "exit 124; cold wall" in log and "models: exit 0" in log
+    assert (out / "report.html").read_text() == "imdb-1"           # the warm run's: the cold one made none
+    assert "models/stage/bench/lm.json" not in names and "models/stage/bench/seed.json" in names
