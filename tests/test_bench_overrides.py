@@ -256,10 +256,10 @@ def test_the_readme_lists_the_owed_gpu_calls():
     calls = _owed_gpu_calls()
     assert [args[0] for args, _ in calls] == ["best", "best", "best", "best", "seedvar,seedsplit"]
     assert [args[args.index("--rows") + 1] for args, _ in calls if "--rows" in args] == ["F,I", "H", "G", "E"]
-    # the first call is the one-call session (compare, seed, lm, mfu), carrying the archive's folder
+    # the first call is the one-call session (compare, seed, lm, mfu), carrying the archive alone
     text = (Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "README.md").read_text()
     first = text[text.index("| figure | command | carry |"):].splitlines()[2]
-    assert "`bash benchmarks/gpu_session.sh` | `.gpu` (the archive only) |" in first
+    assert "`bash benchmarks/gpu_session.sh` | `.gpu/aclImdb_v1.tar.gz` |" in first
     assert (Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_session.sh").is_file()
 
 

@@ -1336,6 +1336,76 @@ def test_a_cached_run_stores_its_own_best_epoch_though_another_run_replaced_best
     assert json.loads((entry / "done.json").read_text())["weights_sha256"] == alone.weights_sha256
 
 
+def _damaged_lm_entry(tmp_path, monkeypatch):
+    """A finished tiny-LM models-stage entry whose model.pt is cut short."""
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    first = _tiny_lm_run(_lm_data(), True)
+    entry = first.checkpoint.parent
+    blob = first.checkpoint.read_bytes()
+    first.checkpoint.write_bytes(blob[: len(blob) // 2])
+    return entry
+
+
+def test_a_damaged_model_entry_is_removed_under_the_exclusive_lock(tmp_path, monkeypatch, caplog):
+    """A run finding a finished entry damaged removed it holding the entry's lock only shared: beside
+    another reader, whose files went from under it."""
+    import shutil
+
+    from distattn.compare import stages
+    fcntl = pytest.importorskip("fcntl")
+    entry = _damaged_lm_entry(tmp_path, monkeypatch)
+    seen, rmtree = [], shutil.rmtree
+
+    def probing_rmtree(path, *a, **k):
+        if Path(path) == entry:
+            probe = os.open(entry / ".lock", os.O_RDONLY)
+            try:
+                fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)      # a reader could come in: not exclusive
+                seen.append("another reader could read")
+            except BlockingIOError:
+                seen.append("exclusive")
+            finally:
+                os.close(probe)
+        return rmtree(path, *a, **k)
+    monkeypatch.setattr(stages.shutil, "rmtree", probing_rmtree)
+    again = _tiny_lm_run(_lm_data(), True)
+    assert f"ignoring damaged cache entry {entry}" in caplog.text
+    assert seen == ["exclusive"] and (entry / "done.json").exists() and again.checkpoint == entry / "model.pt"
+
+
+def test_a_damaged_model_entry_another_run_removed_and_trains_in_is_left_to_it(tmp_path, monkeypatch):
+    """Run A finds the entry damaged; before A removes it, run B (which found the same) removes it and
+    starts training there. A removed the entry again, B's checkpoint with it; it now removes it only if
+    it still holds a finished, damaged model, and otherwise trains beside B in the entry."""
+    import shutil
+
+    import distattn.train
+    entry = _damaged_lm_entry(tmp_path, monkeypatch)
+    load_model, calls = distattn.train.load_model, []
+
+    def load_then_b_takes_over(path, *a, **k):
+        calls.append(path)
+        try:
+            return load_model(path, *a, **k)
+        finally:
+            if len(calls) == 1:         # B: the damaged entry removed, its own training begun
+                shutil.rmtree(entry)
+                entry.mkdir()
+                (entry / "checkpoint.pt").write_bytes(b"run B's checkpoint")
+
+    class Stop(Exception):
+        pass
+
+    class NoTraining:
+        def __init__(self, *a, **k):
+            raise Stop
+    monkeypatch.setattr(distattn.train, "load_model", load_then_b_takes_over)
+    monkeypatch.setattr(distattn.train, "Trainer", NoTraining)
+    with pytest.raises(Stop):               # A reached its own training, in the entry B trains in
+        _tiny_lm_run(_lm_data(), True)
+    assert len(calls) == 1 and (entry / "checkpoint.pt").read_bytes() == b"run B's checkpoint"
+
+
 def test_a_model_entry_lock_removed_while_waited_for_is_taken_afresh(tmp_path, monkeypatch):
     """A run that waits for an entry's lock while another removes the entry (load_entry, finding it
     damaged) must not go on holding the lock of a file no longer there, beside a run that locks the

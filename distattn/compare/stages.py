@@ -470,7 +470,8 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     ``--no-cache`` run storing its model while a cached one finished, could leave one's ``model.pt``
     beside the other's ``done.json``, where their weights differ (a GPU's kernels), and the next run
     removed the entry as damaged and trained again; a run that had stored its model could find the
-    other's in its run directory.) Readers hold the lock shared.
+    other's in its run directory.) Readers hold the lock shared; one that finds the entry damaged removes
+    it under the exclusive lock, if it is still finished and still damaged by then.
 
     ``cache=False`` (``--no-cache``) trains from scratch in a directory of its own beside the entry,
     never reading, resuming from or removing the entry: a cached run of the same config may be
@@ -501,8 +502,20 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
                              f"records")
         return Trained(name, model, metrics, d / "model.pt", key, digest or _weights_sha256(model))
     if cache and (d / "done.json").exists():
+        found_damaged = False
         with _entry_lock(d, shared=True):
-            trained = load_entry(d, load_trained, damaged) if (d / "done.json").exists() else None
+            try:
+                trained = load_trained() if (d / "done.json").exists() else None
+            except PermissionError:
+                raise
+            except (*_DAMAGED, *damaged):
+                trained, found_damaged = None, True
+        if found_damaged:
+            # removed under the exclusive lock, and only if still finished and still damaged: under the
+            # shared one, another reader's files went from under it, and a run that had removed the entry
+            # meanwhile and started training there lost its checkpoint
+            with _entry_lock(d):
+                trained = load_entry(d, load_trained, damaged) if (d / "done.json").exists() else None
         if trained is not None:
             return trained
     d.mkdir(parents=True, exist_ok=True)
