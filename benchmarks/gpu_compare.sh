@@ -5,6 +5,7 @@
 # cache ($COMPARE_CACHE, default /tmp/dacache) is emptied first, so that the cold run is cold.
 # COMPARE_TIMEOUT (default 520) and COMPARE_WARM_TIMEOUT (default 0: none) bound the two runs;
 # COMPARE_SMOKE=0 leaves the smoke test out (benchmarks/gpu_session.sh, whose call has no time for it).
+# COMPARE_PROFILE (default full) is there for a rehearsal on a CPU (quick): the same steps, small.
 set -o pipefail
 export PYTHONPATH=$PWD DISTATTN_DATA_DIR=$PWD/.gpu DISTATTN_CACHE_DIR=${COMPARE_CACHE:-/tmp/dacache} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
@@ -41,13 +42,13 @@ fi
 start=$(date +%s.%N)
 # the stage log (no -q) goes to a file, its stage lines to the terminal; a run cut by the
 # timeout still leaves every finished stage's time in the log
-timeout ${COMPARE_TIMEOUT:-520} python3 -m distattn.compare --corpus imdb --profile full --out "$COMPARE_RUNS" \
+timeout ${COMPARE_TIMEOUT:-520} python3 -m distattn.compare --corpus imdb --profile "${COMPARE_PROFILE:-full}" --out "$COMPARE_RUNS" \
     > $OUT/compare_cold.log 2>&1
 echo "exit $?; cold wall $(since "$start") s" | tee -a $OUT/compare_cold.log
 grep -aE "stage|analysis |ppl|report" $OUT/compare_cold.log | tr '\r' '\n' | grep -avE "it/s|row/s" | tail -40
 copy_report      # now, so that a warm run cut by the call's limit still leaves the cold run's report
 start=$(date +%s.%N)
-timeout ${COMPARE_WARM_TIMEOUT:-0} python3 -m distattn.compare --corpus imdb --profile full --out "$COMPARE_RUNS" -q 2>&1 \
+timeout ${COMPARE_WARM_TIMEOUT:-0} python3 -m distattn.compare --corpus imdb --profile "${COMPARE_PROFILE:-full}" --out "$COMPARE_RUNS" -q 2>&1 \
     | tail -3 | tee $OUT/compare_warm.log
 echo "exit ${PIPESTATUS[0]}" | tee -a $OUT/compare_warm.log
 echo "warm wall $(since "$start") s" | tee -a $OUT/compare_warm.log

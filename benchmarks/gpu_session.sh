@@ -19,6 +19,8 @@
 # matter), $OUT/session.tar.gz (every step's files; refreshed every 30 s, so a call cut at its limit
 # keeps what had finished: tar -xzf session.tar.gz) and $OUT/report.html (the compare's, to open).
 # Later calls, one a session (benchmarks/results/README.md): the best classifier's rows (gpu_check.sh best).
+# A rehearsal on a CPU, the same steps at small sizes (the real compare and bench, the archive in
+# DISTATTN_DATA_DIR): COMPARE_PROFILE=quick SESSION_BENCH_ARGS=--smoke bash benchmarks/gpu_session.sh
 set -o pipefail
 OUT=${OUT:-/tmp/gpu_session}
 DEADLINE=${SESSION_DEADLINE:-560}
@@ -78,7 +80,9 @@ fi
 if budget models "${SESSION_MIN_MODELS:-60}" 100000; then
   mkdir -p "$STAGE/models"
   # gpu_check.sh empties its stage folder first: one of its own, inside this step's
+  # shellcheck disable=SC2086  (SESSION_BENCH_ARGS: words for bench_models.py, e.g. --smoke)
   OUT=$STAGE/models GPU_CHECK_STAGE=$STAGE/models/stage timeout "$T" bash benchmarks/gpu_check.sh seed,lm,mfu \
+    ${SESSION_BENCH_ARGS:-} \
     > "$STAGE/models/gpu_check.txt" 2>&1
   step=$?
   [ $step -eq 0 ] || rc=$step

@@ -36,6 +36,9 @@ from pathlib import Path
 args = sys.argv[1:]
 if args[0] == "-c":
     os.execv({python!r}, [{python!r}, *args])
+if os.environ.get("FAKE_CALLS"):
+    with open(os.environ["FAKE_CALLS"], "a") as fh:
+        fh.write(" ".join(args) + "\n")
 if args[0] == "benchmarks/bench_models.py":
     out = Path(args[args.index("--out") + 1])
     out.mkdir(parents=True, exist_ok=True)
@@ -243,3 +246,17 @@ def test_gpu_session_goes_on_to_the_models_when_the_cold_compare_is_cut_at_its_t
     assert "exit 124; cold wall" in log and "models: exit 0" in log
     assert (out / "report.html").read_text() == "imdb-1"           # the warm run's: the cold one made none
     assert "models/stage/bench/lm.json" not in names and "models/stage/bench/seed.json" in names
+
+
+def test_gpu_session_rehearses_on_a_cpu_with_the_quick_profile_and_smoke_sizes(tmp_path):
+    """COMPARE_PROFILE and SESSION_BENCH_ARGS let the session's steps run here at small sizes (the real
+    compare and bench), so that its plumbing is checked before a lent machine's minutes are spent."""
+    calls = tmp_path / "calls.txt"
+    done, out, names = _session(tmp_path, COMPARE_PROFILE="quick", SESSION_BENCH_ARGS="--smoke --set x=1",
+                                FAKE_CALLS=str(calls))
+    assert done.returncode == 0, done.stdout + done.stderr
+    compare = [c for c in calls.read_text().splitlines() if c.startswith("-m distattn.compare")]
+    bench = [c for c in calls.read_text().splitlines() if c.startswith("benchmarks/bench_models.py")]
+    assert len(compare) == 2 and all("--corpus imdb --profile quick" in c for c in compare)
+    assert len(bench) == 1 and bench[0].startswith("benchmarks/bench_models.py --part seed,lm,mfu")
+    assert bench[0].endswith("--smoke --set x=1")
