@@ -71,7 +71,10 @@ if budget compare "${SESSION_MIN_COMPARE:-120}" $((${COMPARE_TIMEOUT:-330} + 30)
   cold=$(grep -aoE "^exit [0-9]+; cold wall" "$STAGE/compare/compare_cold.log" 2>/dev/null | grep -oE "[0-9]+")
   [ $step -ne 0 ] || [ "${cold:-0}" -eq 0 ] || step=$cold
   [ $step -eq 0 ] || rc=$step
-  grep -ahE "^exit |wall " "$STAGE/compare/compare_cold.log" "$STAGE/compare/compare_warm.log" 2>/dev/null | tee -a "$LOG"
+  # each stage's time, the classifiers' accuracy and the totals of the cold run; the warm run's exit and wall
+  grep -aE "^stage .* done in|accuracy|^total |^report|^exit |wall " "$STAGE/compare/compare_cold.log" 2>/dev/null \
+    | tr '\r' '\n' | grep -avE "it/s|row/s" | tee -a "$LOG"
+  grep -aE "^exit |wall " "$STAGE/compare/compare_warm.log" 2>/dev/null | tee -a "$LOG"
   say "compare: exit $step"
   [ -f "$STAGE/compare/report.html" ] && cp "$STAGE/compare/report.html" "$OUT/report.html"
   pack

@@ -223,6 +223,7 @@ def test_gpu_session_runs_the_compare_then_the_models_and_brings_everything_back
     log = (out / "session.log").read_text()
     assert "compare: up to 360 s" in log or "compare: up to 359 s" in log      # COMPARE_TIMEOUT 330 + the warm run's 30
     assert "compare: exit 0" in log and "models: exit 0" in log and "cold wall" in log and "warm wall" in log
+    assert f"report {tmp_path / 'stage' / 'runs' / 'imdb-0'}" in log      # the cold run's lines that matter
     # the models step read the compare's cache and the carried archive: the same folders
     assert "stage cache: empty" in (tmp_path / "stage" / "compare" / "compare_cold.log").read_text()
     assert "bench done" in (tmp_path / "stage" / "models" / "log_seed_lm_mfu.txt").read_text()
