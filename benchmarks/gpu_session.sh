@@ -80,7 +80,7 @@ if budget compare "${SESSION_MIN_COMPARE:-120}" $((${COMPARE_TIMEOUT:-330} + 30)
   pack
 fi
 
-if budget models "${SESSION_MIN_MODELS:-60}" 100000; then
+if budget models "${SESSION_MIN_MODELS:-60}" "$DEADLINE"; then      # all the time that is left
   mkdir -p "$STAGE/models"
   # gpu_check.sh empties its stage folder first: one of its own, inside this step's
   # shellcheck disable=SC2086  (SESSION_BENCH_ARGS: words for bench_models.py, e.g. --smoke)
