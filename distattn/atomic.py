@@ -248,6 +248,48 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
         tmp.write_text(json.dumps(obj, indent=1, sort_keys=True), encoding="utf-8")
 
 
+SEAL_KEY = "content_sha256"
+
+
+def _seal_digest(obj: dict) -> str:
+    # hashed as it reads back: a round trip first makes tuples lists and keys strings, so that
+    # the digest written and the one recomputed from the parsed file see the same values
+    canonical = json.dumps(json.loads(json.dumps(obj)), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def seal(obj: dict) -> dict:
+    """``obj`` with a ``content_sha256`` of its content, which :func:`unseal` checks.
+
+    A cache entry's JSON (its metrics, its next-token rows, the files' own digests) is the entry's
+    root of trust, and a bit flipped on disk can leave it valid JSON: a digit changed in a figure
+    was served to every later run as if computed.
+    """
+    if not isinstance(obj, dict):
+        raise TypeError(f"seal() takes a dict, got {type(obj).__name__}")
+    if SEAL_KEY in obj:
+        raise ValueError(f"the object already has a {SEAL_KEY!r} key")
+    return {**obj, SEAL_KEY: _seal_digest(obj)}
+
+
+def unseal(obj: Any, path: str | os.PathLike) -> dict:
+    """A JSON object read from ``path`` without its seal, after checking it: ``ValueError`` naming
+    ``path`` when the content differs from the sealed digest, or when it is no JSON object. An
+    object with no seal (written before entries were sealed) is returned as it is."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path} is damaged: it holds a JSON {type(obj).__name__}, expected an object")
+    obj = dict(obj)
+    digest = obj.pop(SEAL_KEY, None)
+    if digest is not None and digest != _seal_digest(obj):
+        raise ValueError(f"{path} is damaged: its content's sha256 differs from the one it records ({SEAL_KEY})")
+    return obj
+
+
+def read_sealed_json(path: str | os.PathLike) -> dict:
+    """The JSON object at ``path``, its seal checked (:func:`unseal`)."""
+    return unseal(json.loads(Path(path).read_text(encoding="utf-8")), path)
+
+
 def config_hash(config: Any, length: int = 16) -> str:
     """A stable hash of a JSON-serialisable config, used to key cache entries."""
     blob = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)

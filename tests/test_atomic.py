@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 
@@ -264,3 +265,34 @@ def test_contents_are_flushed_before_the_rename_and_the_rename_after(tmp_path, m
     assert {"x.npy", "done.json", "sub"} <= synced
     assert any(p.endswith(".part") for kind, p in events[:rename])        # the temporary directory itself
     assert events[rename + 1:] == [("fsync", str(tmp_path))]
+
+
+def test_a_sealed_json_object_reads_back_and_a_changed_value_is_refused(tmp_path):
+    """A cache entry's JSON with one digit changed on disk is still valid JSON: the changed figure was
+    served as if computed. The seal (its content's sha256) refuses it, naming the file."""
+    from distattn.atomic import SEAL_KEY, read_sealed_json, seal, write_json
+    obj = {"perplexity": 825.44, "rows": [1, 2.5, None], "nested": {"b": [0.1, 1e-300]}, "name": "ü", "t": (1, 2)}
+    path = tmp_path / "done.json"
+    write_json(path, seal(obj))
+    assert read_sealed_json(path) == {**obj, "t": [1, 2]}
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("825.44", "825.45"), encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is damaged: .*{SEAL_KEY}"):
+        read_sealed_json(path)
+    path.write_text(text.replace('"b"', '"c"'), encoding="utf-8")       # a key, not a value
+    with pytest.raises(ValueError, match="is damaged"):
+        read_sealed_json(path)
+    # written before entries were sealed: read as it is
+    path.write_text(json.dumps({"perplexity": 825.45}))
+    assert read_sealed_json(path) == {"perplexity": 825.45}
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="holds a JSON list, expected an object"):
+        read_sealed_json(path)
+
+
+def test_seal_refuses_what_it_cannot_seal():
+    from distattn.atomic import seal
+    with pytest.raises(TypeError, match="takes a dict, got list"):
+        seal([1])
+    with pytest.raises(ValueError, match="already has a 'content_sha256' key"):
+        seal(seal({"a": 1}))

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from distattn.atomic import read_sealed_json
 from distattn.compare.__main__ import main
 
 
@@ -813,6 +814,46 @@ def test_a_damaged_stage_cache_entry_is_recomputed(tmp_path, capsys, caplog, mon
     assert code == 0 and "damaged" not in caplog.text
 
 
+def _change_a_figure(path: Path, key: str) -> None:
+    """Change the first digit of the first number under ``key`` in a JSON file (to another digit, never
+    a leading zero), as a bit flipped on disk can: the file stays valid JSON."""
+    text = path.read_text()
+    m = re.search(rf'"{key}": \[?-?(\d)', text)
+    assert m, f"no number under {key!r} in {path}"
+    i, digit = m.start(1), int(m.group(1))
+    changed = text[:i] + str(digit % 9 + 1) + text[i + 1:]
+    json.loads(changed)
+    path.unlink()                  # a new file: the run directory may hold a hard link to it
+    path.write_text(changed)
+
+
+@pytest.mark.parametrize("damaged, key", [("stats-*/done.json", "P"), ("projection-*/rows.json", "perplexity"),
+                                          ("analysis-*/analysis.json", "top1"),
+                                          ("train-transformer_lm-*/done.json", "train_seconds")])
+def test_a_stage_json_changed_into_other_valid_json_is_recomputed_not_served(tmp_path, capsys, caplog, monkeypatch,
+                                                                            damaged, key):
+    """A cache entry's JSON is the root of its checks (the statistics' file digests, the model's weights
+    digest), and a bit flipped in one of its figures left it valid JSON: a next-token row's perplexity,
+    a model's metrics or the statistics' Frobenius norms were served as computed. Its seal refuses it."""
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=40)
+    args = ["--corpus", "text", "--path", str(corpus), "--profile", "quick", "-q", "--device", "cpu"]
+    code, out, err = run_cli(args + ["--out", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    (entry,) = (tmp_path / "cache" / "compare").glob(damaged)
+    _change_a_figure(entry, key)
+    code, out, err = run_cli(args + ["--out", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+    assert f"ignoring damaged cache entry {entry.parent}" in caplog.text and "content_sha256" in caplog.text
+    first, second = (json.loads((next((tmp_path / d).iterdir()) / "metrics.json").read_text()) for d in "ab")
+    def timeless(x):                # every figure but the timings
+        if isinstance(x, dict):
+            return {k: timeless(v) for k, v in x.items() if not k.endswith("seconds")}
+        return [timeless(v) for v in x] if isinstance(x, list) else x
+    assert timeless(second["next_token"]) == timeless(first["next_token"])
+    assert timeless(second["analysis"]) == timeless(first["analysis"])
+
+
 @pytest.mark.parametrize("damaged", ["model.pt", "done.json"])
 def test_a_damaged_trained_model_entry_is_retrained(tmp_path, capsys, caplog, monkeypatch, damaged):
     """A model stage's model.pt cut short failed every later run with a RuntimeError traceback
@@ -1229,7 +1270,7 @@ def test_two_runs_finishing_one_model_entry_together_leave_a_matching_pair(tmp_p
         thread.join(120)
     assert not thread.is_alive() and not errors, errors
     entry = runs["a"].checkpoint.parent
-    done = json.loads((entry / "done.json").read_text())
+    done = read_sealed_json(entry / "done.json")      # its seal checked and dropped
     stored = stages._weights_sha256(load_model(entry / "model.pt"))
     assert stored == done["weights_sha256"]                 # the pair matches
     for r, cached in (("a", cache_a), ("b", cache_b)):

@@ -348,6 +348,22 @@ def test_a_cache_file_with_a_flipped_bit_is_rebuilt_not_used(tmp_path, caplog, n
     assert (entry / name).read_bytes() != bytes(data)          # the entry was written anew
 
 
+def test_a_cache_meta_json_changed_into_other_valid_json_is_rebuilt_not_used(tmp_path, caplog):
+    """meta.json with a letter of a split name changed on disk is still valid JSON, and its files'
+    digests still match: the entry was served with a split no name selects. Its seal refuses it."""
+    corpus = ListCorpus(["a b c", "c d"], labels=[1, 0])
+    tc = tokenize_corpus(corpus, cache=tmp_path)
+    entry = next(tmp_path.iterdir())
+    text = (entry / "meta.json").read_text(encoding="utf-8")
+    assert '"split_names": ["all"]' in text
+    (entry / "meta.json").write_text(text.replace('"split_names": ["all"]', '"split_names": ["alm"]'),
+                                     encoding="utf-8")
+    again = tokenize_corpus(corpus, cache=tmp_path)
+    assert f"ignoring damaged tokenized cache {entry}" in caplog.text and "meta.json is damaged" in caplog.text
+    assert again.docs.split_names == tc.docs.split_names == ["all"]
+    assert '"split_names": ["all"]' in (entry / "meta.json").read_text(encoding="utf-8")     # written anew
+
+
 def test_an_entry_another_process_wrote_meanwhile_is_kept(tmp_path, monkeypatch):
     """Two processes tokenizing one corpus: the second to finish removed the first's entry before its
     rename, pulling it from under the first's load. The entry written first is kept now (the same

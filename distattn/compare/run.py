@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from distattn.atomic import ensure_writable_dir, jsonable, missing_dirs, remove_empty_dirs, write_json
+from distattn.atomic import (ensure_writable_dir, jsonable, missing_dirs, read_sealed_json, remove_empty_dirs, seal,
+                             write_json)
 from distattn.compare.config import CompareConfig
 from distattn.compare.stages import (Data, clamp_rank, link_checkpoint, load_data, projection_dir, stage_models,
                                      stage_projection, stage_statistics)
@@ -317,14 +318,14 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
         return json.loads(json.dumps(jsonable(analyse(run_dir, data, stats, models, sizes, device))))
     result = None
     if (d / "analysis.json").exists():
-        result = load_entry(d, lambda: json.loads((d / "analysis.json").read_text()))
+        result = load_entry(d, lambda: read_sealed_json(d / "analysis.json"))
     if result is None:
         with atomic_dir(d) as tmp:
             for sub in ("figures", "graphs"):
                 (tmp / sub).mkdir()
             result = jsonable(analyse(tmp, data, stats, models, sizes, device))
-            (tmp / "analysis.json").write_text(json.dumps(result))
-        result = json.loads((d / "analysis.json").read_text())
+            (tmp / "analysis.json").write_text(json.dumps(seal(result)))
+        result = read_sealed_json(d / "analysis.json")
     for sub in ("figures", "graphs"):
         for f in (d / sub).iterdir():
             shutil.copy2(f, run_dir / sub / f.name)

@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from distattn.atomic import atomic_dir, config_hash, temp_dir, write_json
+from distattn.atomic import atomic_dir, config_hash, read_sealed_json, seal, temp_dir, unseal, write_json
 from distattn.corpus import EncodedCorpus, RaggedIds, Vocabulary, get_corpus, sha256_file, tokenize_corpus
 from distattn.paths import cache_dir
 
@@ -252,7 +252,7 @@ def stage_statistics(data: Data, sizes, cache: bool = True) -> Stats:
     d, key = stage_dir("stats", {"data": data.key, "window": sizes.window, "svd_dim": sizes.svd_dim,
                                  "svd_ranks": [rank_P, rank_D], "svd": "randomized-f32-shared"})
     def load():
-        meta = json.loads((d / "done.json").read_text())
+        meta = read_sealed_json(d / "done.json")
         for f, digest in meta.get("files", {}).items():     # an entry written before they were recorded: none
             if sha256_file(d / f) != digest:
                 raise ValueError(f"{d / f} is damaged: its sha256 differs from the one done.json records")
@@ -287,8 +287,8 @@ def stage_statistics(data: Data, sizes, cache: bool = True) -> Stats:
                     np.save(tmp / f"svd_{name}_{f}.npy", getattr(svd, f))
             # each file's sha256, checked on load: an .npy with a bit flipped on disk still loads
             files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
-            (tmp / "done.json").write_text(json.dumps({"seconds": stats.seconds, "frobenius_sq": {
-                "P": svd_P.frobenius_sq, "D": svd_D.frobenius_sq}, "files": files}))
+            (tmp / "done.json").write_text(json.dumps(seal({"seconds": stats.seconds, "frobenius_sq": {
+                "P": svd_P.frobenius_sq, "D": svd_D.frobenius_sq}, "files": files})))
     return stats
 
 
@@ -309,12 +309,18 @@ def projection_dir(data: Data, stats: Stats, sizes, device) -> tuple[Path, str]:
                                     "heads": list(sizes.heads), "device": device.type})
 
 
+def _read_rows(path: Path) -> list[dict]:
+    """A projection entry's rows, sealed (``{"rows": [...]}``); a bare list: an entry written before."""
+    obj = json.loads(path.read_text())
+    return obj if isinstance(obj, list) else unseal(obj, path)["rows"]
+
+
 def stage_projection(data: Data, stats: Stats, sizes, device, cache: bool = True, progress=None) -> list[dict]:
     """Next-token rows for the n-gram baselines and the projection variants (τ fitted on the
     validation docs, evaluated on the test docs)."""
     d, _ = projection_dir(data, stats, sizes, device)
     if cache and (d / "rows.json").exists() and \
-            (rows := load_entry(d, lambda: json.loads((d / "rows.json").read_text()))) is not None:
+            (rows := load_entry(d, lambda: _read_rows(d / "rows.json"))) is not None:
         return rows
     import torch
 
@@ -381,7 +387,7 @@ def stage_projection(data: Data, stats: Stats, sizes, device, cache: bool = True
         del model
     if cache:
         with atomic_dir(d) as tmp:
-            (tmp / "rows.json").write_text(json.dumps(rows, indent=1))
+            (tmp / "rows.json").write_text(json.dumps(seal({"rows": rows}), indent=1))
     return rows
 
 
@@ -487,7 +493,7 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
     damaged = (pickle.UnpicklingError,)
 
     def load_trained():         # under _entry_lock
-        metrics = json.loads((d / "done.json").read_text())
+        metrics = read_sealed_json(d / "done.json")
         digest = metrics.pop("weights_sha256", None)        # an entry written before it was recorded: none
         try:
             model = load_model(d / "model.pt")
@@ -552,7 +558,7 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
                             type(exc).__name__, exc)
         if stored is None:
             save_model(model, d / "model.pt")
-            write_json(d / "done.json", {**metrics, "weights_sha256": digest})
+            write_json(d / "done.json", seal({**metrics, "weights_sha256": digest}))
     if stored is not None and cache:
         log.info("%s: another run of the same config stored its model in %s first; this run uses it", name, d)
         return stored

@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from distattn.atomic import atomic_dir, config_hash, ensure_writable_dir
+from distattn.atomic import atomic_dir, config_hash, ensure_writable_dir, read_sealed_json, seal
 from distattn.corpus.documents import NO_LABEL, Corpus, Document, check_split, selectable_split
 from distattn.corpus.download import sha256_file
 from distattn.corpus.ragged import RaggedIds
@@ -198,14 +198,14 @@ class TokenizedCorpus(_SubsetMixin):
             (tmp / "types.json").write_text(json.dumps(self.types, ensure_ascii=False), encoding="utf-8")
             # each file's sha256, checked by load: a bit flipped on disk leaves every file readable
             files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
-            (tmp / "meta.json").write_text(json.dumps({"format": FORMAT, "split_names": self.docs.split_names,
-                                                       "source": self.source, "files": files}, default=str),
-                                           encoding="utf-8")
+            meta = json.loads(json.dumps({"format": FORMAT, "split_names": self.docs.split_names,
+                                          "source": self.source, "files": files}, default=str))
+            (tmp / "meta.json").write_text(json.dumps(seal(meta), ensure_ascii=False), encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | os.PathLike, mmap: bool = True) -> "TokenizedCorpus":
         path = Path(path)
-        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        meta = read_sealed_json(path / "meta.json")
         if meta.get("format") != FORMAT:
             raise ValueError(f"{path} holds tokenized-corpus format {meta.get('format')}, expected {FORMAT}")
         for name, digest in meta.get("files", {}).items():     # an entry written before they were recorded: none
