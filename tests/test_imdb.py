@@ -61,6 +61,15 @@ def test_data_dir_variable_naming_no_directory_is_warned_before_a_download(tmp_p
     with pytest.warns(UserWarning, match=r"DISTATTN_DATA_DIR='.*typo' is not a directory"):
         with pytest.raises(ArchiveNotFoundError, match="download failed"):
             fetch_imdb(progress=False)
+    # under torchrun the first process warns, not every one of them (they all look for the archive)
+    for rank, warned in (("0", True), ("1", False)):
+        monkeypatch.setenv("RANK", rank)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(ArchiveNotFoundError, match="download failed"):
+                fetch_imdb(progress=False)
+        assert any("is not a directory" in str(w.message) for w in caught) is warned, rank
+    monkeypatch.delenv("RANK")
     (tmp_path / "typo").mkdir()               # an existing directory without the archive: no warning
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -80,8 +80,9 @@ def fetch_imdb(data_dir: str | os.PathLike | None = None, download_missing: bool
         raise ArchiveNotFoundError(f"IMDB archive not found; looked for {searched}. {how}")
     url = url or os.environ.get("DISTATTN_IMDB_URL") or IMDB_URL
     env = os.environ.get("DISTATTN_DATA_DIR")
-    if env and not Path(env).expanduser().is_dir():
-        # a typo there once sent the run to download the whole archive without a word
+    if env and not Path(env).expanduser().is_dir() and os.environ.get("RANK", "0") == "0":
+        # a typo there once sent the run to download the whole archive without a word; under torchrun
+        # (RANK set) the first process says so, not every one of them
         warnings.warn(f"DISTATTN_DATA_DIR={env!r} is not a directory, so the IMDB archive could not be "
                       f"found there; downloading it from {url} into {target.parent}", stacklevel=2)
 
