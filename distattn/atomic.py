@@ -274,13 +274,17 @@ def seal(obj: dict) -> dict:
 
 def unseal(obj: Any, path: str | os.PathLike) -> dict:
     """A JSON object read from ``path`` without its seal, after checking it: ``ValueError`` naming
-    ``path`` when the content differs from the sealed digest, or when it is no JSON object. An
-    object with no seal (written before entries were sealed) is returned as it is."""
+    ``path`` when the content differs from the sealed digest, when there is no seal, or when it is
+    no JSON object. The seal is required, not optional: a bit flipped in its key's name would
+    otherwise pass a damaged file as one written before entries were sealed (the caches that seal
+    their entries changed their format with it, so no entry of theirs predates it)."""
     if not isinstance(obj, dict):
         raise ValueError(f"{path} is damaged: it holds a JSON {type(obj).__name__}, expected an object")
     obj = dict(obj)
     digest = obj.pop(SEAL_KEY, None)
-    if digest is not None and digest != _seal_digest(obj):
+    if digest is None:
+        raise ValueError(f"{path} is damaged: it has no {SEAL_KEY}")
+    if digest != _seal_digest(obj):
         raise ValueError(f"{path} is damaged: its content's sha256 differs from the one it records ({SEAL_KEY})")
     return obj
 

@@ -282,9 +282,13 @@ def test_a_sealed_json_object_reads_back_and_a_changed_value_is_refused(tmp_path
     path.write_text(text.replace('"b"', '"c"'), encoding="utf-8")       # a key, not a value
     with pytest.raises(ValueError, match="is damaged"):
         read_sealed_json(path)
-    # written before entries were sealed: read as it is
+    # no seal (or a bit flipped in its key's name) is damage too, not an entry to trust as it is
     path.write_text(json.dumps({"perplexity": 825.45}))
-    assert read_sealed_json(path) == {"perplexity": 825.45}
+    with pytest.raises(ValueError, match="is damaged: it has no content_sha256"):
+        read_sealed_json(path)
+    path.write_text(text.replace(SEAL_KEY, "content_sha257"), encoding="utf-8")
+    with pytest.raises(ValueError, match="is damaged: it has no content_sha256"):
+        read_sealed_json(path)
     path.write_text("[1, 2]")
     with pytest.raises(ValueError, match="holds a JSON list, expected an object"):
         read_sealed_json(path)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from distattn.atomic import read_sealed_json
+from distattn.atomic import read_sealed_json, seal, write_json
 from distattn.compare.__main__ import main
 
 
@@ -623,7 +623,7 @@ def test_projection_rows_cached_on_one_device_are_not_served_to_another(tmp_path
     material = {"data": "d0", "stats": "s0", "asym_rank": 4, "heads": [2, 2]}
     cpu_dir, _ = stage_dir("projection", {**material, "device": "cpu"})
     cpu_dir.mkdir(parents=True)
-    (cpu_dir / "rows.json").write_text(json.dumps([{"key": "raw", "perplexity": 1.0}]))
+    (cpu_dir / "rows.json").write_text(json.dumps(seal({"rows": [{"key": "raw", "perplexity": 1.0}]})))
     assert stage_projection(data, stats, sizes, torch.device("cpu")) == [{"key": "raw", "perplexity": 1.0}]
     # another device misses the cache and computes its own rows (here it gets as far as the
     # placeholder data, which has no vocabulary)
@@ -899,15 +899,16 @@ def test_a_bit_flipped_in_a_statistics_stage_array_is_recomputed_not_used(tmp_pa
 def _trained_entry(tmp_path, monkeypatch):
     """A finished model stage entry (model.pt, done.json, a checkpoint) and a Trainer that fails the test."""
     import distattn.train
-    from distattn.compare.stages import stage_dir
+    from distattn.compare.stages import _weights_sha256, stage_dir
     from distattn.models import LMConfig, TransformerLM
     from distattn.train import TrainConfig, save_model
     monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
     cfg = TrainConfig()
     d, _ = stage_dir("train-lm", {"k": 1, "train": cfg.fingerprint()})
     d.mkdir(parents=True)
-    save_model(TransformerLM(LMConfig(vocab_size=10, d_model=8, n_heads=2, n_layers=1, max_len=8)), d / "model.pt")
-    (d / "done.json").write_text("{}")
+    model = TransformerLM(LMConfig(vocab_size=10, d_model=8, n_heads=2, n_layers=1, max_len=8))
+    save_model(model, d / "model.pt")
+    write_json(d / "done.json", seal({"weights_sha256": _weights_sha256(model)}))
     (d / "checkpoint.pt").write_bytes(b"hours of training")
     monkeypatch.setattr(distattn.train, "Trainer", lambda *a, **k: pytest.fail("a whole trained model was retrained"))
     return d, cfg

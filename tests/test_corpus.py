@@ -1025,14 +1025,6 @@ def test_vocabulary_ties_between_words_that_differ_by_trailing_nuls_are_alphabet
     assert tc.vocabulary().words == ["a", "a\x00", "b", "b\x00"]
 
 
-class DefaultSplitCorpus(ListCorpus):
-    """A fingerprinted corpus whose documents leave ``split`` at its default."""
-    name = "defaultsplit"
-
-    def __iter__(self):
-        return (Document(t) for t in self.texts)
-
-
 def test_plain_string_documents_and_the_document_default_have_the_split_all():
     """The default split was '', which tc.split could never select (it refuses '' and knew no 'all')."""
     tc = tokenize_corpus(["a b", b"c", Document("d e")], cache=False)
@@ -1071,20 +1063,6 @@ def test_a_document_label_of_none_is_no_label_as_a_jsonl_null(tmp_path):
     from_jsonl = tokenize_corpus(TextCorpus(j), cache=False)
     from_documents = tokenize_corpus([Document("a b", label=1), Document("c", label=None)], cache=False)
     assert from_documents.labels.tolist() == from_jsonl.labels.tolist() == [1, -1]
-
-
-def test_a_cache_entry_with_the_old_empty_split_is_rebuilt_under_the_same_key(tmp_path):
-    """Tokens cached when the default split was '' must not be served with that split now."""
-    corpus = DefaultSplitCorpus(["a b", "c"])
-    tokenize_corpus(corpus, cache=tmp_path)
-    (entry,) = tmp_path.iterdir()
-    meta = json.loads((entry / "meta.json").read_text())
-    meta["split_names"] = [""]                      # as the old code wrote it
-    (entry / "meta.json").write_text(json.dumps(meta))
-    tc = tokenize_corpus(corpus, cache=tmp_path)
-    assert tc.docs.split_names == ["all"] and len(tc.split("all")) == 2
-    assert [p.name for p in tmp_path.iterdir()] == [entry.name]
-    assert json.loads((entry / "meta.json").read_text())["split_names"] == ["all"]
 
 
 @pytest.mark.parametrize("encoding", ["hex", "base64", "rot13", "zlib"])

@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from distattn.atomic import atomic_dir, config_hash, read_sealed_json, seal, temp_dir, unseal, write_json
+from distattn.atomic import atomic_dir, config_hash, read_sealed_json, seal, temp_dir, write_json
 from distattn.corpus import EncodedCorpus, RaggedIds, Vocabulary, get_corpus, sha256_file, tokenize_corpus
 from distattn.paths import cache_dir
 
@@ -33,7 +33,7 @@ except ImportError:             # not POSIX: the models-stage entries go unlocke
     fcntl = None
 
 log = logging.getLogger("distattn.compare")
-FORMAT = 2  # 2: LMs never trained to predict <unk>
+FORMAT = 3  # 2: LMs never trained to predict <unk>; 3: every entry's JSON sealed (atomic.seal)
 
 
 def clamp_rank(rank: int, vocab_size: int) -> int:
@@ -253,7 +253,7 @@ def stage_statistics(data: Data, sizes, cache: bool = True) -> Stats:
                                  "svd_ranks": [rank_P, rank_D], "svd": "randomized-f32-shared"})
     def load():
         meta = read_sealed_json(d / "done.json")
-        for f, digest in meta.get("files", {}).items():     # an entry written before they were recorded: none
+        for f, digest in meta["files"].items():
             if sha256_file(d / f) != digest:
                 raise ValueError(f"{d / f} is damaged: its sha256 differs from the one done.json records")
         svds = {name: TopSVD(*(np.load(d / f"svd_{name}_{f}.npy") for f in _SVD_FILES), meta["frobenius_sq"][name])
@@ -309,18 +309,12 @@ def projection_dir(data: Data, stats: Stats, sizes, device) -> tuple[Path, str]:
                                     "heads": list(sizes.heads), "device": device.type})
 
 
-def _read_rows(path: Path) -> list[dict]:
-    """A projection entry's rows, sealed (``{"rows": [...]}``); a bare list: an entry written before."""
-    obj = json.loads(path.read_text())
-    return obj if isinstance(obj, list) else unseal(obj, path)["rows"]
-
-
 def stage_projection(data: Data, stats: Stats, sizes, device, cache: bool = True, progress=None) -> list[dict]:
     """Next-token rows for the n-gram baselines and the projection variants (τ fitted on the
     validation docs, evaluated on the test docs)."""
     d, _ = projection_dir(data, stats, sizes, device)
     if cache and (d / "rows.json").exists() and \
-            (rows := load_entry(d, lambda: _read_rows(d / "rows.json"))) is not None:
+            (rows := load_entry(d, lambda: read_sealed_json(d / "rows.json")["rows"])) is not None:
         return rows
     import torch
 
@@ -494,7 +488,7 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
 
     def load_trained():         # under _entry_lock
         metrics = read_sealed_json(d / "done.json")
-        digest = metrics.pop("weights_sha256", None)        # an entry written before it was recorded: none
+        digest = metrics.pop("weights_sha256")
         try:
             model = load_model(d / "model.pt")
         except RuntimeError as exc:
@@ -503,10 +497,10 @@ def _train(name: str, model, task, train_cfg, key_material: dict, cache: bool, e
             if "PytorchStreamReader" not in str(exc) and "corrupt file" not in str(exc):
                 raise
             raise ValueError(f"{d / 'model.pt'} is damaged: {exc}") from None
-        if digest is not None and _weights_sha256(model) != digest:
+        if _weights_sha256(model) != digest:
             raise ValueError(f"{d / 'model.pt'} is damaged: its weights' sha256 differs from the one done.json "
                              f"records")
-        return Trained(name, model, metrics, d / "model.pt", key, digest or _weights_sha256(model))
+        return Trained(name, model, metrics, d / "model.pt", key, digest)
     if cache and (d / "done.json").exists():
         found_damaged = False
         with _entry_lock(d, shared=True):

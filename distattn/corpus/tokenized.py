@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from distattn.atomic import atomic_dir, config_hash, ensure_writable_dir, read_sealed_json, seal
-from distattn.corpus.documents import NO_LABEL, Corpus, Document, check_split, selectable_split
+from distattn.corpus.documents import NO_LABEL, Corpus, Document, check_split
 from distattn.corpus.download import sha256_file
 from distattn.corpus.ragged import RaggedIds
 from distattn.corpus.tokenize import default_tokenizer, tokenize_to_bytes, tokenizer_config, unicode_tokenizer
@@ -28,7 +28,7 @@ from distattn.corpus.vocabulary import DEFAULT_SPECIALS, Vocabulary, _not_a_stri
 from distattn.paths import cache_dir
 
 log = logging.getLogger(__name__)
-FORMAT = 1
+FORMAT = 2      # 2: meta.json sealed (atomic.seal)
 _CHUNK_DOCS = 4096
 
 
@@ -208,7 +208,7 @@ class TokenizedCorpus(_SubsetMixin):
         meta = read_sealed_json(path / "meta.json")
         if meta.get("format") != FORMAT:
             raise ValueError(f"{path} holds tokenized-corpus format {meta.get('format')}, expected {FORMAT}")
-        for name, digest in meta.get("files", {}).items():     # an entry written before they were recorded: none
+        for name, digest in meta["files"].items():
             if sha256_file(path / name) != digest:
                 raise ValueError(f"{path / name} is damaged: its sha256 differs from the one meta.json records")
         mode = "r" if mmap else None
@@ -295,15 +295,8 @@ def tokenize_corpus(corpus: Iterable[Document] | Corpus, tokenizer=None, cache: 
                 log.warning("ignoring damaged tokenized cache %s: %s", entry, exc)
                 shutil.rmtree(entry, ignore_errors=True)
             else:
-                if all(map(selectable_split, cached.docs.split_names)):
-                    cached.source = source      # an entry written before the tokenizer was in it
-                    return cached
-                # written before splits were checked: a document without a split was cached with
-                # the split '' (no name selects it; it is 'all' now). Rebuilt, which renames it or
-                # refuses the corpus; the key is unchanged, so valid entries are still served
-                log.info("rebuilding tokenized cache %s: split names %s", entry, cached.docs.split_names)
-                del cached                     # its mmap, before the files go
-                shutil.rmtree(entry, ignore_errors=True)
+                cached.source = source
+                return cached
         elif entry.exists():                   # no meta.json: not an entry this code wrote whole
             shutil.rmtree(entry, ignore_errors=True)
         try:                                   # an unwritable cache fails now, not after the tokenizing
