@@ -479,7 +479,7 @@ def test_a_double_model_matches_the_float64_reference_to_double_precision(positi
 @pytest.mark.parametrize("make", ["lm", "classifier"])
 def test_a_double_models_circuits_are_float64(make):
     """qk_circuit / ov_circuit cast every weight to float32, so a .double() model's circuits were rounded
-    (about 1e-7 off the float64 product); a float32 model's stay float32, bit for bit as before."""
+    (about 1e-7 off the float64 product); a float32 model's stay float32."""
     model = lm("rope") if make == "lm" else classifier("learned")
     for dtype in (torch.float32, torch.float64):
         m = model.to(dtype)
@@ -497,9 +497,11 @@ def test_a_double_models_circuits_are_float64(make):
                 if dtype == torch.float64:      # to 1e-12 of the largest entry (the LM's init is small)
                     for got, want in ((qk[h].to_dense(), (E @ WQ) @ (E @ WK).t()), (ov[h].to_dense(), (E @ WV) @ right)):
                         assert (got - want).abs().max() <= 1e-12 * want.abs().max()
-                else:                       # unchanged: the same float32 products as before
-                    assert torch.equal(qk[h].A, E @ WQ) and torch.equal(qk[h].B, (E @ WK).t())
-                    assert torch.equal(ov[h].A, E @ WV) and torch.equal(ov[h].B, right)
+                else:       # the float32 products, to float32 rounding: not bit for bit, since the circuits
+                    # multiply every head at once (a batched matmul), whose kernel may round otherwise than
+                    # one head's plain matmul (1 ulp apart on an AVX-512 host, equal on others)
+                    for got, want in ((qk[h].A, E @ WQ), (qk[h].B, (E @ WK).t()), (ov[h].A, E @ WV), (ov[h].B, right)):
+                        assert (got - want).abs().max() <= 1e-6 * want.abs().max()
     half = model.to(torch.bfloat16)                     # lower precision weights: float32 circuits, as before
     assert qk_circuit(half, 0).A.dtype == ov_circuit(half, 0).B.dtype == torch.float32
 
