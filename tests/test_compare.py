@@ -827,25 +827,30 @@ def _change_a_figure(path: Path, key: str) -> None:
     path.write_text(changed)
 
 
-@pytest.mark.parametrize("damaged, key", [("stats-*/done.json", "P"), ("projection-*/rows.json", "perplexity"),
-                                          ("analysis-*/analysis.json", "top1"),
-                                          ("train-transformer_lm-*/done.json", "train_seconds")])
-def test_a_stage_json_changed_into_other_valid_json_is_recomputed_not_served(tmp_path, capsys, caplog, monkeypatch,
-                                                                            damaged, key):
+def test_a_stage_json_changed_into_other_valid_json_is_recomputed_not_served(tmp_path, capsys, caplog, monkeypatch):
     """A cache entry's JSON is the root of its checks (the statistics' file digests, the model's weights
     digest), and a bit flipped in one of its figures left it valid JSON: a next-token row's perplexity,
-    a model's metrics or the statistics' Frobenius norms were served as computed. Its seal refuses it."""
+    a model's metrics or the statistics' Frobenius norms were served as computed. Its seal refuses it.
+    One figure is changed in each of the four stages' JSON at once (each entry is keyed by its config,
+    not by the content of the ones before it, so each is read, refused and recomputed on its own)."""
     monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
     corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=40)
     args = ["--corpus", "text", "--path", str(corpus), "--profile", "quick", "-q", "--device", "cpu"]
     code, out, err = run_cli(args + ["--out", str(tmp_path / "a")], capsys)
     assert code == 0, err
-    (entry,) = (tmp_path / "cache" / "compare").glob(damaged)
-    _change_a_figure(entry, key)
+    changed = []
+    for damaged, key in (("stats-*/done.json", "P"), ("projection-*/rows.json", "perplexity"),
+                         ("analysis-*/analysis.json", "top1"), ("train-transformer_lm-*/done.json", "train_seconds")):
+        (entry,) = (tmp_path / "cache" / "compare").glob(damaged)
+        _change_a_figure(entry, key)
+        changed.append(entry)
     code, out, err = run_cli(args + ["--out", str(tmp_path / "b")], capsys)
     assert code == 0, err
-    assert f"ignoring damaged cache entry {entry.parent}" in caplog.text and "content_sha256" in caplog.text
+    for entry in changed:
+        assert f"ignoring damaged cache entry {entry.parent} (ValueError: {entry} is damaged: its content's sha256" \
+            in caplog.text, entry
     first, second = (json.loads((next((tmp_path / d).iterdir()) / "metrics.json").read_text()) for d in "ab")
+
     def timeless(x):                # every figure but the timings
         if isinstance(x, dict):
             return {k: timeless(v) for k, v in x.items() if not k.endswith("seconds")}
