@@ -89,17 +89,15 @@ def load(prep: str, max_len: int, n_val: int = 2500):
     lengths = np.diff(off)
     doc = np.repeat(np.arange(len(y)), lengths)
     bc = bigram_codes(ids, off[:-1][lengths > 0], V)
-    in_tr = np.isin(doc, tr)
-    vocab_bi = np.unique(bc[in_tr & (bc >= 0)])
+    m = np.isin(doc, tr)                                             # tokens of the training reviews
+    vocab_bi = np.unique(bc[m & (bc >= 0)])
     pos = np.minimum(np.searchsorted(vocab_bi, bc), len(vocab_bi) - 1)
     bi = np.where((bc >= 0) & (vocab_bi[pos] == bc), pos + 1, 0)      # 0: no bigram feature
-    ytr_full = np.where(np.isin(np.arange(len(y)), tr), y, -1)       # labels of training reviews only
-    m = np.isin(doc, tr)
     rank = np.full(len(y), -1)
-    rank[tr] = np.arange(len(tr))
-    r_uni = nb_ratio(rank[doc[m]], np.where(ids[m] > 1, ids[m], -1), V, ytr_full[tr])
+    rank[tr] = np.arange(len(tr))                                    # a training review's row in the NB counts
+    r_uni = nb_ratio(rank[doc[m]], np.where(ids[m] > 1, ids[m], -1), V, y[tr])
     r_uni[:2] = 0.0
-    r_bi = np.concatenate([[0.0], nb_ratio(rank[doc[m]], bi[m] - 1, len(vocab_bi), ytr_full[tr])]).astype(np.float32)
+    r_bi = np.concatenate([[0.0], nb_ratio(rank[doc[m]], bi[m] - 1, len(vocab_bi), y[tr])]).astype(np.float32)
     # head (a quarter) + tail of each review, as index arrays into the token stream
     h = max_len // 4
     rows = []

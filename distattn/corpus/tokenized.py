@@ -198,6 +198,7 @@ class TokenizedCorpus(_SubsetMixin):
             (tmp / "types.json").write_text(json.dumps(self.types, ensure_ascii=False), encoding="utf-8")
             # each file's sha256, checked by load: a bit flipped on disk leaves every file readable
             files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
+            # plain JSON values first (a source's paths and the like as strings), which seal() hashes
             meta = json.loads(json.dumps({"format": FORMAT, "split_names": self.docs.split_names,
                                           "source": self.source, "files": files}, default=str))
             (tmp / "meta.json").write_text(json.dumps(seal(meta), ensure_ascii=False), encoding="utf-8")
