@@ -814,6 +814,47 @@ def test_a_damaged_stage_cache_entry_is_recomputed(tmp_path, capsys, caplog, mon
     assert code == 0 and "damaged" not in caplog.text
 
 
+def test_a_changed_analysis_figure_or_graph_file_is_recomputed_not_copied_into_runs(tmp_path, caplog, monkeypatch):
+    """The analysis entry's PNG figures and GraphML files were copied into every later run unchecked: a
+    bit flipped in one still opens, and a wrong heatmap or graph was served as computed. Each file is
+    checked against the sha256 the sealed analysis.json records, and a missing one fails the entry too.
+    (``analyse`` is replaced by one writing a figure and a graph whose bytes count its calls: the
+    real one takes seconds, and its files are checked the same way.)"""
+    import importlib
+    R = importlib.import_module("distattn.compare.run")     # the package's name `run` is the function
+    calls = []
+
+    def analyse(run_dir, *args):
+        calls.append(run_dir)
+        (run_dir / "figures" / "heatmap.png").write_bytes(b"\x89PNG figure")
+        (run_dir / "graphs" / "attention_example.graphml").write_bytes(b"<graphml>an attention graph</graphml>")
+        return {"top1": 0.25}
+    entry = tmp_path / "cache" / "analysis-x"
+    monkeypatch.setattr(R, "analyse", analyse)
+    monkeypatch.setattr(R, "analysis_dir", lambda *args: (entry, "x"))
+    figure, graph = entry / "figures" / "heatmap.png", entry / "graphs" / "attention_example.graphml"
+
+    def run(name):
+        run_dir = tmp_path / name
+        for sub in ("figures", "graphs"):
+            (run_dir / sub).mkdir(parents=True)
+        caplog.clear()
+        assert R.cached_analysis(run_dir, None, None, {}, None, "cpu") == {"top1": 0.25}
+        assert (run_dir / "figures" / figure.name).read_bytes() == b"\x89PNG figure", name
+        assert (run_dir / "graphs" / graph.name).read_bytes() == b"<graphml>an attention graph</graphml>", name
+    run("a")
+    run("b")
+    assert len(calls) == 1 and "damaged" not in caplog.text      # served from the entry, unchanged
+    for name, damaged, damage in (
+            ("c", figure, lambda: figure.write_bytes(bytes([figure.read_bytes()[0] ^ 1]) + figure.read_bytes()[1:])),
+            ("d", graph, lambda: graph.write_bytes(graph.read_bytes().replace(b"an", b"no"))),
+            ("e", graph, graph.unlink)):
+        damage()
+        run(name)
+        assert f"ignoring damaged cache entry {entry}" in caplog.text and str(damaged) in caplog.text, name
+    assert len(calls) == 4
+
+
 def _change_a_figure(path: Path, key: str) -> None:
     """Change the first digit of the first number under ``key`` in a JSON file (to another digit, never
     a leading zero), as a bit flipped on disk can: the file stays valid JSON."""

@@ -20,6 +20,7 @@ from distattn.atomic import (ensure_writable_dir, jsonable, missing_dirs, read_s
 from distattn.compare.config import CompareConfig
 from distattn.compare.stages import (Data, clamp_rank, link_checkpoint, load_data, projection_dir, stage_models,
                                      stage_projection, stage_statistics)
+from distattn.corpus import sha256_file
 from distattn.threads import start_numba_threads
 
 log = logging.getLogger("distattn.compare")
@@ -301,8 +302,9 @@ def analysis_dir(data: Data, stats, models: dict, sizes) -> tuple[Path, str]:
     # 7: a heatmap without learned heads (--no-models) is titled as the projection's alone, with "learned_heads";
     # 8: the spectra of the randomized SVDs record max_rel_residual; 9: each model by its entry and the
     # sha256 of the weights the run used (a model entry removed as damaged and trained again, or a
-    # --no-cache run's own model beside a finished entry, once met the analysis of other weights)
-    return stage_dir("analysis", {"version": 9, "data": data.key, "stats": stats.key,
+    # --no-cache run's own model beside a finished entry, once met the analysis of other weights);
+    # 10: analysis.json is {"result", "files"}, each figure's and GraphML file's sha256 checked on load
+    return stage_dir("analysis", {"version": 10, "data": data.key, "stats": stats.key,
                                   "sizes": dataclasses.asdict(sizes),
                                   "models": {n: [m.checkpoint.parent.name, m.weights_sha256]
                                              for n, m in models.items()}})
@@ -310,26 +312,41 @@ def analysis_dir(data: Data, stats, models: dict, sizes) -> tuple[Path, str]:
 
 def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, device, cache: bool = True) -> dict:
     """:func:`analyse`, cached like every other stage: its numbers, figures and GraphML files are
-    kept in the stage directory and copied into the run directory."""
+    kept in the stage directory and copied into the run directory. The entry's sealed
+    ``analysis.json`` holds the numbers and each figure's and GraphML file's sha256, checked on
+    load: a file changed on disk makes the entry damaged (recomputed), never a figure copied into
+    a run as computed."""
     from distattn.atomic import atomic_dir
     from distattn.compare.stages import load_entry
     d, _ = analysis_dir(data, stats, models, sizes)
     if not cache:               # recompute: this run's analysis, never an entry a cached run left there
         return json.loads(json.dumps(jsonable(analyse(run_dir, data, stats, models, sizes, device))))
-    result = None
+    entry = None
     if (d / "analysis.json").exists():
-        result = load_entry(d, lambda: read_sealed_json(d / "analysis.json"))
-    if result is None:
+        entry = load_entry(d, lambda: _read_analysis_entry(d))
+    if entry is None:
         with atomic_dir(d) as tmp:
             for sub in ("figures", "graphs"):
                 (tmp / sub).mkdir()
             result = jsonable(analyse(tmp, data, stats, models, sizes, device))
-            (tmp / "analysis.json").write_text(json.dumps(seal(result)))
-        result = read_sealed_json(d / "analysis.json")
-    for sub in ("figures", "graphs"):
-        for f in (d / sub).iterdir():
-            shutil.copy2(f, run_dir / sub / f.name)
-    return result
+            files = {f"{sub}/{f.name}": sha256_file(f) for sub in ("figures", "graphs")
+                     for f in sorted((tmp / sub).iterdir())}
+            (tmp / "analysis.json").write_text(json.dumps(seal({"result": result, "files": files})))
+        entry = _read_analysis_entry(d)
+    for name in entry["files"]:
+        shutil.copy2(d / name, run_dir / name)
+    return entry["result"]
+
+
+def _read_analysis_entry(d: Path) -> dict:
+    """The analysis entry ``d``'s sealed JSON, after checking every figure and GraphML file against
+    the sha256 it records (a PNG or GraphML file with a bit flipped still opens). Raises ValueError
+    or OSError naming the damaged or missing file."""
+    entry = read_sealed_json(d / "analysis.json")
+    for name, digest in entry["files"].items():
+        if sha256_file(d / name) != digest:
+            raise ValueError(f"{d / name} is damaged: its sha256 differs from the one analysis.json records")
+    return entry
 
 
 def learned_kernel(model, ids, layer: int = 0, head: int = 0) -> np.ndarray:
