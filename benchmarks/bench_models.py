@@ -91,7 +91,8 @@ def load_data(prep: str | None, smoke: bool, with_svd: bool = True) -> dict:
     data["svd"] = arrays["svd"].astype(np.float32) if "svd" in arrays else None
     # files made before the vocabulary moved to the statistics layer's (train+unsup) lack the key
     data["vocab_from"] = str(arrays["vocab_from"]) if "vocab_from" in arrays else "train"
-    log(f"vocabulary counted on {data['vocab_from']}")
+    data["tokenizer"] = str(arrays["tokenizer"]) if "tokenizer" in arrays else "regex"  # older files: the default
+    log(f"vocabulary counted on {data['vocab_from']}, tokenizer {data['tokenizer']}")
     if smoke:   # a few hundred documents, balanced
         rng = np.random.default_rng(0)
         for split, n in (("train", 300), ("test", 120)):
@@ -384,7 +385,7 @@ def part_seedsplit(data, args, device):
     y = np.concatenate([data["train_labels"], data["test_labels"]])
     perm = np.random.default_rng(42).permutation(len(y))
     mcfg = seed_classifier_config(vocab_size=30_000, **S["seed_model"])
-    out = {"runs": [], "vocab_from": data["vocab_from"]}
+    out = {"runs": [], "vocab_from": data["vocab_from"], "tokenizer": data["tokenizer"]}
     splits = seed_splits(len(y))
     for name in S["seedsplit_splits"]:
         n_train, n_test = splits[name]
@@ -719,7 +720,7 @@ def main():
             "resumed_from": sorted(c.parent.name for c in args.runs.glob("*/checkpoint.pt")) if args.resume else []}
     log(json.dumps(info))
     data = load_data(args.prep, args.smoke, with_svd="best" in parts)
-    info["vocab_from"] = data["vocab_from"]
+    info["vocab_from"], info["tokenizer"] = data["vocab_from"], data["tokenizer"]
     for part in parts:
         fn = PARTS[part]
         t = time.perf_counter()

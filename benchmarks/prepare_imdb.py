@@ -15,6 +15,11 @@ measure how much that difference moves the seed classifier on the official split
 toolkit's recipe, and the file records it in ``vocab_from``. The PPMI-SVD vectors stay counted on
 train+unsup whatever the vocabulary.
 
+``--tokenizer seed-literal`` tokenizes with the seed's ``simple_tokenize`` exactly as printed
+(:class:`~distattn.corpus.SeedLiteralTokenizer`: punctuation stays attached, ``"great!"``) instead of
+the toolkit's tokenizer, its evident intent; likewise a measurement of the seed classifier, not the
+toolkit's recipe, recorded in ``tokenizer``.
+
 The file lets a GPU machine skip tokenization and the SVD (about two minutes on two cores);
 ``bench_models.py`` rebuilds the same arrays from the corpus when the default file is absent (a
 ``--prep`` naming no file is refused).
@@ -35,18 +40,25 @@ from distattn.atomic import atomic_path
 VOCAB_SIZE = 30_000
 VOCAB_FROM = "train+unsup"      # the statistics layer's IMDB documents
 VOCAB_CHOICES = (VOCAB_FROM, "train+test")
+TOKENIZER = "regex"             # the toolkit's IMDB tokenizer (default_tokenizer)
+TOKENIZER_CHOICES = (TOKENIZER, "seed-literal")
 
 
-def build_arrays(svd_dim: int = 256, with_svd: bool = True, log=print, vocab_from: str = VOCAB_FROM) -> dict:
-    from distattn.corpus import get_corpus, tokenize_corpus
+def build_arrays(svd_dim: int = 256, with_svd: bool = True, log=print, vocab_from: str = VOCAB_FROM,
+                 tokenizer: str = TOKENIZER) -> dict:
+    from distattn.corpus import SeedLiteralTokenizer, default_tokenizer, get_corpus, tokenize_corpus
 
     if vocab_from not in VOCAB_CHOICES:
         raise ValueError(f"vocab_from={vocab_from!r}: expected one of {', '.join(VOCAB_CHOICES)}")
+    if tokenizer not in TOKENIZER_CHOICES:
+        raise ValueError(f"tokenizer={tokenizer!r}: expected one of {', '.join(TOKENIZER_CHOICES)}")
     t = time.perf_counter()
-    tc = tokenize_corpus(get_corpus("imdb"))
+    tok = SeedLiteralTokenizer() if tokenizer == "seed-literal" else default_tokenizer()
+    tc = tokenize_corpus(get_corpus("imdb"), tokenizer=tok)
     vocab = tc.split(vocab_from).vocabulary(max_size=VOCAB_SIZE - 2)
     assert len(vocab) == VOCAB_SIZE and vocab.pad_id == 0 and vocab.unk_id == 1
-    out = {"words": np.array("\n".join(vocab.itos)), "vocab_from": np.array(vocab_from)}
+    out = {"words": np.array("\n".join(vocab.itos)), "vocab_from": np.array(vocab_from),
+           "tokenizer": np.array(tokenizer)}
     for split in ("train", "test", "unsup"):
         enc = tc.split(split).encode(vocab)
         out[f"{split}_ids"] = enc.tokens.ids.astype(np.uint16)
@@ -73,9 +85,13 @@ def main():
     ap.add_argument("--vocab-from", default=VOCAB_FROM, choices=VOCAB_CHOICES,
                     help="splits the 30k vocabulary is counted on (default %(default)s; train+test only "
                          "to measure the seed repository's choice, see the module docstring)")
+    ap.add_argument("--tokenizer", default=TOKENIZER, choices=TOKENIZER_CHOICES,
+                    help="the toolkit's tokenizer (default %(default)s), or the seed's simple_tokenize to the "
+                         "letter (seed-literal, punctuation attached; to measure the seed classifier, see above)")
     ap.add_argument("--no-svd", action="store_true", help="skip the PPMI-SVD vectors (the seed recipe needs none)")
     args = ap.parse_args()
-    arrays = build_arrays(args.svd_dim, with_svd=not args.no_svd, vocab_from=args.vocab_from)
+    arrays = build_arrays(args.svd_dim, with_svd=not args.no_svd, vocab_from=args.vocab_from,
+                          tokenizer=args.tokenizer)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out, suffix=".npz") as tmp:

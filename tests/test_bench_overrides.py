@@ -59,7 +59,7 @@ def _labelled(n_train: int, n_test: int, seed: int = 0) -> dict:
         return RaggedIds(rng.integers(2, 50, lengths.sum()).astype(np.int32),
                          np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
     return {"train": docs(n_train), "test": docs(n_test), "train_labels": np.arange(n_train) % 2,
-            "test_labels": np.arange(n_test) % 2, "vocab_from": "train+unsup"}
+            "test_labels": np.arange(n_test) % 2, "vocab_from": "train+unsup", "tokenizer": "regex"}
 
 
 def _seedsplit(data, runs, *overrides):
@@ -335,6 +335,29 @@ def test_prepare_imdb_refuses_an_unknown_vocabulary_source_before_reading_the_co
     monkeypatch.setattr(sys, "argv", ["prepare_imdb.py", "--vocab-from", "test"])
     with pytest.raises(SystemExit):
         prepare_imdb.main()
+
+
+@pytest.mark.parametrize("tokenizer, kind", [("regex", "RegexTokenizer"), ("seed-literal", "SeedLiteralTokenizer")])
+def test_prepare_imdb_tokenizes_with_the_tokenizer_named_and_refuses_others_before_reading(monkeypatch, tokenizer,
+                                                                                         kind):
+    """``--tokenizer seed-literal`` measures the seed's ``simple_tokenize`` as printed (punctuation
+    attached) against the toolkit's tokenizer; the corpus must be tokenized with the one named."""
+    import distattn.corpus
+    import prepare_imdb
+    used = []
+
+    def tokenize(corpus, tokenizer=None, **kw):
+        used.append(type(tokenizer).__name__)
+        raise KeyboardInterrupt("stop once the tokenizer is chosen")
+
+    monkeypatch.setattr(distattn.corpus, "get_corpus", lambda name: name)
+    monkeypatch.setattr(distattn.corpus, "tokenize_corpus", tokenize)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_imdb.build_arrays(with_svd=False, tokenizer=tokenizer)
+    assert used == [kind]
+    with pytest.raises(ValueError, match=r"tokenizer='seed': expected one of regex, seed-literal"):
+        prepare_imdb.build_arrays(with_svd=False, tokenizer="seed")
+    assert used == [kind]
 
 
 @pytest.mark.parametrize("part, svd", [("seed,lm,mfu", False), ("seed,best", True)])
