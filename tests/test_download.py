@@ -1,6 +1,7 @@
 import hashlib
 import importlib
 import http.server
+import json
 import re
 import threading
 
@@ -401,3 +402,22 @@ def test_a_break_off_without_a_validator_does_not_promise_a_resume(rserver, tmp_
     with pytest.raises(DownloadError, match="kept in .* and the next call resumes from there"):
         download(rserver + "/unvalidated", tmp_path / "h.bin", sha256=hashlib.sha256(PAYLOAD).hexdigest(),
                  progress=False)
+
+
+@pytest.mark.parametrize("garble", ["cut short", "length changed"])
+def test_a_damaged_part_json_restarts_the_download_not_splices_it(rserver, tmp_path, garble):
+    """The resume state beside an interrupted download (``f.bin.part.json``) is not sealed: a damaged
+    one must lead to a download from byte 0, never to bytes appended on a wrong assumption. No
+    checksum is given, so only the resume logic stands between a damaged state and a wrong file."""
+    interrupt(rserver + "/ranged", tmp_path / "f.bin", 300_000)
+    meta = tmp_path / PARTIAL[1]
+    text = meta.read_text()
+    if garble == "cut short":       # invalid JSON: no state, so no URL to match
+        meta.write_text(text[:len(text) // 2])
+    else:                           # valid JSON, a digit of the file's length changed
+        state = json.loads(text)
+        state["length"] += 10
+        meta.write_text(json.dumps(state))
+    out = download(rserver + "/ranged", tmp_path / "f.bin", progress=False)
+    assert out.read_bytes() == PAYLOAD and leftovers(tmp_path) == ["f.bin"]
+    assert RangeHandler.served[-1] == ("/ranged", None, len(PAYLOAD))
