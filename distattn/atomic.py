@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import numbers
 import os
 import re
 import shutil
@@ -292,6 +293,29 @@ def unseal(obj: Any, path: str | os.PathLike) -> dict:
 def read_sealed_json(path: str | os.PathLike) -> dict:
     """The JSON object at ``path``, its seal checked (:func:`unseal`)."""
     return unseal(json.loads(Path(path).read_text(encoding="utf-8")), path)
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    """The sha256 of the file at ``path`` (hex), read ``chunk`` bytes at a time."""
+    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:
+        # read(0) returns b"" at once: the hash of an empty file, whatever the file holds
+        raise ValueError(f"chunk={chunk!r} is invalid; allowed: an integer >= 1 (bytes read at a time)")
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_files(directory: str | os.PathLike, files: dict, recorded_in: str) -> None:
+    """Check each file of a cache entry against the sha256 its sealed JSON (``recorded_in``, named in
+    the error) records: ``files`` maps a path relative to ``directory`` to its digest. An .npy, PNG
+    or GraphML file with a bit flipped still loads, so a changed file raises ``ValueError`` naming
+    it, and a missing one ``OSError``."""
+    directory = Path(directory)
+    for name, digest in files.items():
+        if sha256_file(directory / name) != digest:
+            raise ValueError(f"{directory / name} is damaged: its sha256 differs from the one {recorded_in} records")
 
 
 def config_hash(config: Any, length: int = 16) -> str:

@@ -15,12 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from distattn.atomic import (ensure_writable_dir, jsonable, missing_dirs, read_sealed_json, remove_empty_dirs, seal,
-                             write_json)
+from distattn.atomic import (check_files, ensure_writable_dir, jsonable, missing_dirs, read_sealed_json, remove_empty_dirs,
+                             seal, sha256_file, write_json)
 from distattn.compare.config import CompareConfig
 from distattn.compare.stages import (Data, clamp_rank, link_checkpoint, load_data, projection_dir, stage_models,
                                      stage_projection, stage_statistics)
-from distattn.corpus import sha256_file
 from distattn.threads import start_numba_threads
 
 log = logging.getLogger("distattn.compare")
@@ -339,13 +338,9 @@ def cached_analysis(run_dir: Path, data: Data, stats, models: dict, sizes, devic
 
 
 def _read_analysis_entry(d: Path) -> dict:
-    """The analysis entry ``d``'s sealed JSON, after checking every figure and GraphML file against
-    the sha256 it records (a PNG or GraphML file with a bit flipped still opens). Raises ValueError
-    or OSError naming the damaged or missing file."""
+    """The analysis entry ``d``'s sealed JSON, its figures and GraphML files checked (:func:`check_files`)."""
     entry = read_sealed_json(d / "analysis.json")
-    for name, digest in entry["files"].items():
-        if sha256_file(d / name) != digest:
-            raise ValueError(f"{d / name} is damaged: its sha256 differs from the one analysis.json records")
+    check_files(d, entry["files"], "analysis.json")
     return entry
 
 

@@ -23,8 +23,8 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from distattn.atomic import atomic_dir, config_hash, read_sealed_json, seal, temp_dir, write_json
-from distattn.corpus import EncodedCorpus, RaggedIds, Vocabulary, get_corpus, sha256_file, tokenize_corpus
+from distattn.atomic import atomic_dir, check_files, config_hash, read_sealed_json, seal, sha256_file, temp_dir, write_json
+from distattn.corpus import EncodedCorpus, RaggedIds, Vocabulary, get_corpus, tokenize_corpus
 from distattn.paths import cache_dir
 
 try:
@@ -253,9 +253,7 @@ def stage_statistics(data: Data, sizes, cache: bool = True) -> Stats:
                                  "svd_ranks": [rank_P, rank_D], "svd": "randomized-f32-shared"})
     def load():
         meta = read_sealed_json(d / "done.json")
-        for f, digest in meta["files"].items():
-            if sha256_file(d / f) != digest:
-                raise ValueError(f"{d / f} is damaged: its sha256 differs from the one done.json records")
+        check_files(d, meta["files"], "done.json")
         svds = {name: TopSVD(*(np.load(d / f"svd_{name}_{f}.npy") for f in _SVD_FILES), meta["frobenius_sq"][name])
                 for name in ("P", "D")}
         return Stats(*(sp.csr_array(sp.load_npz(d / f"{n}.npz")) for n in ("S", "P", "P_dir")),

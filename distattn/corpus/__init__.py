@@ -6,8 +6,9 @@
 >>> enc = tc.encode(vocab, oov="negative")
 """
 
+from distattn.atomic import sha256_file
 from distattn.corpus.documents import NO_LABEL, Corpus, Document
-from distattn.corpus.download import DownloadError, download, sha256_file
+from distattn.corpus.download import DownloadError, download
 from distattn.corpus.imdb import (ArchiveNotFoundError, CorruptArchiveError, ImdbCorpus, fetch_imdb,
                                   find_imdb_archive, read_imdb_archive, read_imdb_movie_ids)
 from distattn.corpus.ragged import RaggedIds

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from distattn.atomic import write_json
+from distattn.atomic import sha256_file, write_json  # noqa: F401  (sha256_file: re-exported, its former home)
 
 try:
     import fcntl
@@ -28,17 +28,6 @@ except ImportError:     # Windows: no lock; two concurrent downloads to one dest
 
 class DownloadError(OSError):
     """A download failed, or its content did not match the expected size/checksum."""
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
-    if isinstance(chunk, bool) or not isinstance(chunk, numbers.Integral) or chunk < 1:
-        # read(0) returns b"" at once: the hash of an empty file, whatever the file holds
-        raise ValueError(f"chunk={chunk!r} is invalid; allowed: an integer >= 1 (bytes read at a time)")
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)

@@ -20,9 +20,10 @@ import zlib
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from distattn.atomic import sha256_file
 from distattn.corpus.documents import NO_LABEL, Corpus, Document
 from distattn.corpus.tar_index import index_regular_files
-from distattn.corpus.download import DownloadError, download, sha256_file
+from distattn.corpus.download import DownloadError, download
 from distattn.corpus.tokenized import parse_splits
 from distattn.paths import cache_dir, data_dirs
 

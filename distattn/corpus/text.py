@@ -23,8 +23,8 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
+from distattn.atomic import sha256_file
 from distattn.corpus.documents import NO_LABEL, Corpus, Document, check_split
-from distattn.corpus.download import sha256_file
 
 # a file whose timestamps are this close to now is "racily clean" (git's term): a rewrite of the same
 # size within the file system's timestamp granularity would leave size, mtime and ctime as they are.

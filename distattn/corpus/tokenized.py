@@ -19,9 +19,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from distattn.atomic import atomic_dir, config_hash, ensure_writable_dir, read_sealed_json, seal
+from distattn.atomic import atomic_dir, check_files, config_hash, ensure_writable_dir, read_sealed_json, seal, sha256_file
 from distattn.corpus.documents import NO_LABEL, Corpus, Document, check_split
-from distattn.corpus.download import sha256_file
 from distattn.corpus.ragged import RaggedIds
 from distattn.corpus.tokenize import default_tokenizer, tokenize_to_bytes, tokenizer_config, unicode_tokenizer
 from distattn.corpus.vocabulary import DEFAULT_SPECIALS, Vocabulary, _not_a_string
@@ -209,9 +208,7 @@ class TokenizedCorpus(_SubsetMixin):
         meta = read_sealed_json(path / "meta.json")
         if meta.get("format") != FORMAT:
             raise ValueError(f"{path} holds tokenized-corpus format {meta.get('format')}, expected {FORMAT}")
-        for name, digest in meta["files"].items():
-            if sha256_file(path / name) != digest:
-                raise ValueError(f"{path / name} is damaged: its sha256 differs from the one meta.json records")
+        check_files(path, meta["files"], "meta.json")
         mode = "r" if mmap else None
         tokens = RaggedIds(np.load(path / "ids.npy", mmap_mode=mode), np.load(path / "offsets.npy"))
         docs = DocumentTable(np.load(path / "labels.npy"), np.load(path / "ratings.npy"),
