@@ -300,3 +300,18 @@ def test_seal_refuses_what_it_cannot_seal():
         seal([1])
     with pytest.raises(ValueError, match="already has a 'content_sha256' key"):
         seal(seal({"a": 1}))
+
+
+def test_check_files_names_a_changed_or_missing_file_and_the_json_recording_it(tmp_path):
+    from distattn.atomic import check_files, sha256_file
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "a.png").write_bytes(b"\x89PNG a")
+    (tmp_path / "b.npy").write_bytes(b"b")
+    files = {"figures/a.png": sha256_file(tmp_path / "figures" / "a.png"), "b.npy": sha256_file(tmp_path / "b.npy")}
+    check_files(tmp_path, files, "done.json")
+    (tmp_path / "b.npy").write_bytes(b"c")
+    with pytest.raises(ValueError, match=r"b\.npy is damaged: its sha256 differs from the one done\.json records"):
+        check_files(tmp_path, files, "done.json")
+    (tmp_path / "b.npy").unlink()
+    with pytest.raises(FileNotFoundError, match=r"b\.npy"):
+        check_files(tmp_path, files, "done.json")
