@@ -28,20 +28,11 @@ from pathlib import Path
 import numpy as np
 
 from distattn.cli import check_data_dir, non_negative_int, output_file, positive_int, run_script
+from distattn.corpus import movie_disjoint_split
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ngram_baseline import build_parser as baseline_parser  # noqa: E402  (the baseline's grid and vocabulary)
 from ngram_baseline import validation_split as random_validation  # noqa: E402  (bench_models' split)
-
-
-def movie_disjoint_validation(movies: np.ndarray, n_val: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(train, validation) indices with no movie on both sides: whole movies, in a random order,
-    until the validation side holds at least ``n_val`` reviews."""
-    names, inverse, counts = np.unique(movies, return_inverse=True, return_counts=True)
-    order = np.random.default_rng(seed).permutation(len(names))
-    taken = order[:int(np.searchsorted(np.cumsum(counts[order]), n_val)) + 1]
-    is_val = np.isin(inverse, taken)
-    return np.flatnonzero(~is_val), np.flatnonzero(is_val)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,7 +88,7 @@ def nbsvm_grid(args, movies_train: np.ndarray) -> dict:
         keep = np.sort(rng.permutation(len(y_test))[:args.limit_docs])
         docs_test, y_test = docs_test.take(keep), y_test[keep]
     splits = {"random": random_validation(len(y), args.n_val, args.val_seed),
-              "movie-disjoint": movie_disjoint_validation(movies_train, args.n_val, args.val_seed)}
+              "movie-disjoint": movie_disjoint_split(movies_train, args.n_val, args.val_seed)}
     out = {"grid": [], "picked": {}, "spearman_val_test": {}}
     for name, (tr, va) in splits.items():
         cells = []

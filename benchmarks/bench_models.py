@@ -18,7 +18,8 @@ Parts (``--part``, default all):
   run, ULMFiT's forward + backward ensemble (mean probability). Every row writes
   ``probs_<row>.npz``, which ``ensemble_rows.py`` averages across separate runs.
 * ``seedvar`` — the seed recipe with other seeds; ``seedsplit`` — the seed recipe on random
-  splits of the 50k labelled reviews (how the seed's Kaggle copy is usually split).
+  splits of the 50k labelled reviews (how the seed's Kaggle copy is usually split), and on a
+  movie-disjoint 40k/10k one (whole movies held out, as in the official split).
 
 MFU = tokens/s × (6·N + 12·n_layers·d_model·seq_len) / 989e12, N = parameters doing matmul work
 (all but the embedding lookup tables; the tied unembedding counts once), 989 TFLOP/s = H100
@@ -50,6 +51,7 @@ import torch
 import torch.nn.functional as F
 
 from distattn.atomic import atomic_path, write_json
+from distattn.corpus import movie_disjoint_split
 from distattn.corpus.ragged import RaggedIds
 from distattn.models import (AttentionOnlyConfig, LMConfig, MaskedLM, MaskedLMConfig, ProjectionMatchedLM,
                              TransformerClassifier, TransformerLM, load_embeddings, seed_classifier_config)
@@ -88,6 +90,8 @@ def load_data(prep: str | None, smoke: bool, with_svd: bool = True) -> dict:
         data[split] = RaggedIds(ids, arrays[f"{split}_offsets"])
         if split != "unsup":
             data[f"{split}_labels"] = arrays[f"{split}_labels"].astype(np.int64)
+            # files made before the movie-disjoint split lack them: seedsplit refuses that split then
+            data[f"{split}_movies"] = arrays[f"{split}_movies"] if f"{split}_movies" in arrays else None
     data["svd"] = arrays["svd"].astype(np.float32) if "svd" in arrays else None
     # files made before the vocabulary moved to the statistics layer's (train+unsup) lack the key
     data["vocab_from"] = str(arrays["vocab_from"]) if "vocab_from" in arrays else "train"
@@ -99,6 +103,8 @@ def load_data(prep: str | None, smoke: bool, with_svd: bool = True) -> dict:
             y = data[f"{split}_labels"]
             idx = np.sort(np.concatenate([rng.choice(np.flatnonzero(y == c), n // 2, replace=False) for c in (0, 1)]))
             data[split], data[f"{split}_labels"] = data[split].take(idx), y[idx]
+            if data[f"{split}_movies"] is not None:
+                data[f"{split}_movies"] = data[f"{split}_movies"][idx]
         data["unsup"] = data["unsup"].take(np.arange(300))
     return data
 
@@ -372,14 +378,26 @@ def part_seedvar(data, args, device):
 
 
 def seed_splits(n: int) -> dict:
-    """The random splits ``seedsplit`` can run, as (n_train, n_test) of ``n`` labelled reviews."""
-    return {"random_25k_25k": (n // 2, n // 2), "random_40k_10k": (n * 4 // 5, n // 5)}
+    """The splits ``seedsplit`` can run, as (n_train, n_test) of ``n`` labelled reviews; the
+    movie-disjoint one's test side is whole movies, so it holds at least n_test reviews."""
+    return {"random_25k_25k": (n // 2, n // 2), "random_40k_10k": (n * 4 // 5, n // 5),
+            "movie_disjoint_40k_10k": (n * 4 // 5, n // 5)}
+
+
+def check_movies(data, splits):
+    """Refuse a movie-disjoint split on prepared arrays that lack each review's movie."""
+    for name in splits:
+        if name.startswith("movie_disjoint") and (data.get("train_movies") is None or data.get("test_movies") is None):
+            raise ValueError(f"split {name!r} needs each review's movie, which these prepared arrays lack "
+                             f"(made before train_movies/test_movies); rebuild them with benchmarks/prepare_imdb.py")
 
 
 def part_seedsplit(data, args, device):
     """The seed recipe on random splits of the 50k labelled reviews, as the seed's Kaggle copy of
     IMDB is usually split (reviews of one movie on both sides), beside the official split: how
-    much of the gap to 86.18 % the split itself explains. Not a substitute for the official figure."""
+    much of the gap to 86.18 % the split itself explains. Not a substitute for the official figure.
+    ``movie_disjoint_40k_10k`` keeps the 40k/10k sizes but holds out whole movies, as the official
+    split does: it tells the training set's size from the movies both sides share."""
     S = args.sizes
     docs = concat(data["train"], data["test"])
     y = np.concatenate([data["train_labels"], data["test_labels"]])
@@ -387,9 +405,21 @@ def part_seedsplit(data, args, device):
     mcfg = seed_classifier_config(vocab_size=30_000, **S["seed_model"])
     out = {"runs": [], "vocab_from": data["vocab_from"], "tokenizer": data["tokenizer"]}
     splits = seed_splits(len(y))
+    movies = None if data.get("train_movies") is None or data.get("test_movies") is None else \
+        np.concatenate([data["train_movies"], data["test_movies"]])
     for name in S["seedsplit_splits"]:
         n_train, n_test = splits[name]
-        tr, te = np.sort(perm[:n_train]), np.sort(perm[len(y) - n_test:])
+        if name.startswith("movie_disjoint"):        # whole movies at random (seed 42) until n_test reviews
+            check_movies(data, [name])
+            tr, te = movie_disjoint_split(movies, n_test, seed=42)
+            n_train, n_test = len(tr), len(te)
+        else:
+            tr, te = np.sort(perm[:n_train]), np.sort(perm[len(y) - n_test:])
+        # how many test reviews are about a movie some training review covers (official split: 0.1 %)
+        shared = None if movies is None else float(np.isin(movies[te], movies[tr]).mean())
+        if shared is not None:
+            log(f"{name}: {n_train:,} train, {n_test:,} test reviews; {shared:.1%} of the test reviews are about "
+                f"a movie the training reviews cover")
         train = ClassificationData(docs.take(tr), y[tr], max_len=S["seed_len"])
         test = ClassificationData(docs.take(te), y[te], max_len=S["seed_len"])
         if not out["runs"]:
@@ -402,7 +432,7 @@ def part_seedsplit(data, args, device):
                           out_dir=args.runs / (f"seedsplit_{name}" + (f"_s{seed}" if seed else ""))).fit()
             accs = [h["eval"]["test"]["accuracy"] for h in res["history"]]
             out["runs"].append({"split": name, "seed": int(seed), "n_train": int(n_train), "n_test": int(n_test),
-                                "test_accuracy": accs[-1], "test_accuracy_per_epoch": accs,
+                                "test_reviews_whose_movie_is_in_train": shared, "test_accuracy": accs[-1], "test_accuracy_per_epoch": accs,
                                 "wall_seconds": time.perf_counter() - t})
             log(f"seed classifier on a {name} split, seed {seed}: test accuracy {accs[-1]:.4f}")
             write_json(args.out / "seedsplit_partial.json", out)     # a call cut at its time limit keeps these runs
@@ -618,7 +648,7 @@ SIZES = {
                  pre_model=dict(d_model=512, n_layers=4, n_heads=8, max_len=512, dropout=0.1),
                  pre_batch=64, pre_epochs=6, mlm_epochs=10, pre_lr=1e-3, ft_epochs=4, ft_lrs=(1e-4, 3e-4), ft_truncation="head",
                  max_steps=None, max_predictions=None, extra_seeds=(1, 2), mfu_steps=150, pad_multiple=32,
-                 seedsplit_splits=("random_25k_25k", "random_40k_10k"), seedsplit_seeds=(0,),
+                 seedsplit_splits=("random_25k_25k", "random_40k_10k", "movie_disjoint_40k_10k"), seedsplit_seeds=(0,),
                  ft_variants=(dict(lr=5e-5, epochs=3, truncation="head+tail"),
                               dict(lr=1e-4, epochs=2, dropout=0.2, truncation="head+tail", seed=1),
                               dict(lr=1e-4, epochs=3, seed=2)),
@@ -631,7 +661,7 @@ SIZES = {
                   pre_model=dict(d_model=32, n_layers=1, n_heads=4, d_ff=64, max_len=48, dropout=0.1),
                   pre_batch=16, pre_epochs=1, mlm_epochs=1, pre_lr=1e-3, ft_epochs=1, ft_lrs=(1e-4, 3e-4), ft_truncation="head",
                   max_steps=12, max_predictions=2000, extra_seeds=(1,), mfu_steps=6, mfu_variants=((16, False),),
-                  seedsplit_splits=("random_25k_25k", "random_40k_10k"), seedsplit_seeds=(0,),
+                  seedsplit_splits=("random_25k_25k", "random_40k_10k", "movie_disjoint_40k_10k"), seedsplit_seeds=(0,),
                   pad_multiple=8, ft_variants=(dict(lr=5e-5, epochs=1, truncation="head+tail"), dict(lr=1e-4, epochs=1))),
 }
 
@@ -721,6 +751,8 @@ def main():
     log(json.dumps(info))
     data = load_data(args.prep, args.smoke, with_svd="best" in parts)
     info["vocab_from"], info["tokenizer"] = data["vocab_from"], data["tokenizer"]
+    if "seedsplit" in parts:            # refused now, not after the parts before it have trained
+        check_movies(data, args.sizes["seedsplit_splits"])
     for part in parts:
         fn = PARTS[part]
         t = time.perf_counter()

@@ -8,6 +8,8 @@ tokenizer, vocabulary and data splits as the statistics layer"; test is never se
 * ``svd`` (float16, 30 000 × dim): PPMI-SVD vectors from train+unsup only (never test):
   ``cooccurrence(window=2, weighting="none")`` → ``ppmi(cds=0.75)`` → ``SVDEmbeddings(dim, eig=0.5)``;
 * ``words``: the vocabulary, one word per line; ``vocab_from``: the splits it was counted on.
+* ``{train,test}_movies`` (int32): each labelled review's movie (its IMDB title, one code per title
+  across both splits), for ``bench_models.py``'s movie-disjoint split.
 
 ``--vocab-from train+test`` counts the vocabulary on the 50k labelled reviews instead (test text,
 never its labels), as the seed's repository most likely did on its own split of them. It exists to
@@ -66,6 +68,14 @@ def build_arrays(svd_dim: int = 256, with_svd: bool = True, log=print, vocab_fro
         if split != "unsup":
             out[f"{split}_labels"] = np.asarray(enc.labels, dtype=np.int8)
     log(f"tokenized and encoded in {time.perf_counter() - t:.1f}s")
+    # each labelled review's movie, coded as one int32 per distinct IMDB title across train and
+    # test (Maas et al. keep a movie on one side), for bench_models' movie-disjoint split
+    titles = np.asarray(get_corpus("imdb", split="train+test").movie_ids())
+    n_train = len(out["train_labels"])
+    if len(titles) != n_train + len(out["test_labels"]):
+        raise RuntimeError(f"{len(titles)} movie ids for {n_train} + {len(out['test_labels'])} labelled reviews")
+    codes = np.unique(titles, return_inverse=True)[1].reshape(-1).astype(np.int32)
+    out["train_movies"], out["test_movies"] = codes[:n_train], codes[n_train:]
     if with_svd:
         from distattn.stats import SVDEmbeddings, cooccurrence, ppmi
 

@@ -21,20 +21,13 @@ def _load():
     return mod
 
 
-def test_movie_disjoint_validation_holds_out_whole_movies():
+def test_the_script_splits_with_the_librarys_functions():
+    """Its movie-disjoint split is the library's (tested in tests/test_movie_split.py); its random
+    split is ngram_baseline's, which tests/test_analyses_baseline.py checks equals bench_models'."""
+    from distattn.corpus import movie_disjoint_split
+
     mod = _load()
-    rng = np.random.default_rng(1)
-    movies = np.array([f"tt{m:07d}" for m in rng.integers(0, 300, 5_000)])
-    tr, va = mod.movie_disjoint_validation(movies, 500, seed=4)
-    assert not set(movies[tr]) & set(movies[va])
-    assert np.array_equal(np.sort(np.concatenate([tr, va])), np.arange(len(movies)))
-    largest = np.unique(movies, return_counts=True)[1].max()
-    assert 500 <= len(va) < 500 + largest                  # movies are added until n_val is reached
-    again = mod.movie_disjoint_validation(movies, 500, seed=4)
-    assert all(np.array_equal(a, b) for a, b in zip((tr, va), again))
-    other = mod.movie_disjoint_validation(movies, 500, seed=5)[1]
-    assert not np.array_equal(va, other)
-    # the random split is ngram_baseline's, which tests/test_analyses_baseline.py checks equals bench_models'
+    assert mod.movie_disjoint_split is movie_disjoint_split
     assert mod.random_validation.__module__ == "ngram_baseline"
 
 

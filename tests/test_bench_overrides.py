@@ -32,7 +32,7 @@ def test_overrides_parse_to_the_defaults_kinds():
     ("pre_epochs=2.5", "takes a int like 6"),
     ("pre_epochs=true", "takes a int like 6"),
     ("ft_truncation=3", "takes a str like 'head'"),
-    ('seedsplit_splits=["random_1k"]', r"unknown split\(s\) \['random_1k'\]; known: \['random_25k_25k'"),
+    ('seedsplit_splits=["random_1k"]', r"unknown split\(s\) \['random_1k'\]; known: \['movie_disjoint_40k_10k', 'random_25k_25k'"),
     ("seedsplit_seeds=[0, 3, 0]", r"seedsplit_seeds: \[0, 3, 0\] must be distinct non-negative integers"),
     ("seedsplit_seeds=[-1]", r"seedsplit_seeds: \[-1\] must be distinct"),
     ("seedsplit_seeds=[1.5]", r"seedsplit_seeds: \[1.5\] must be distinct"),
@@ -97,7 +97,59 @@ def test_seedsplit_seeds_train_one_model_per_seed_on_the_same_split(tmp_path):
     assert again["runs"][0]["test_accuracy_per_epoch"] == out["runs"][0]["test_accuracy_per_epoch"]
 
 
-def _tiny_prep(path: Path) -> Path:
+def test_the_movie_disjoint_split_holds_out_whole_movies_and_reports_the_shared_share(tmp_path):
+    """``movie_disjoint_40k_10k`` keeps the 40k/10k sizes but tests on movies no training review is
+    about (as the official split does); every run records the share of test reviews whose movie
+    the training reviews cover, which a random split of reviews leaves high."""
+    from distattn.corpus import movie_disjoint_split
+
+    data = _labelled(120, 80, seed=2)
+    rng = np.random.default_rng(3)
+    data["train_movies"], data["test_movies"] = rng.integers(0, 40, 120), rng.integers(0, 40, 80)
+    split = 'seedsplit_splits=["movie_disjoint_40k_10k", "random_40k_10k"]'
+    _, out = _seedsplit(data, tmp_path, split)
+    disjoint, rand = out["runs"]
+    movies = np.concatenate([data["train_movies"], data["test_movies"]])
+    tr, te = movie_disjoint_split(movies, 200 // 5, seed=42)
+    assert (disjoint["split"], disjoint["n_train"], disjoint["n_test"]) == ("movie_disjoint_40k_10k", len(tr), len(te))
+    assert disjoint["n_test"] >= 40 and disjoint["n_train"] + disjoint["n_test"] == 200
+    assert disjoint["test_reviews_whose_movie_is_in_train"] == 0.0
+    assert (rand["n_train"], rand["n_test"]) == (160, 40) and rand["test_reviews_whose_movie_is_in_train"] > 0.5
+
+
+def test_the_movie_disjoint_split_is_refused_on_arrays_without_movies(tmp_path):
+    with pytest.raises(ValueError, match=r"split 'movie_disjoint_40k_10k' needs each review's movie.*rebuild them "
+                                         r"with benchmarks/prepare_imdb.py"):
+        _seedsplit(_labelled(40, 40), tmp_path, 'seedsplit_splits=["movie_disjoint_40k_10k"]')
+    assert not (tmp_path / "seedsplit_movie_disjoint_40k_10k").exists()      # refused before training
+
+
+def test_a_call_with_the_movie_disjoint_split_is_refused_before_any_part_trains(tmp_path, monkeypatch):
+    """On arrays without movies, ``seedvar,seedsplit`` must fail before seedvar's runs, not after them."""
+    with pytest.raises(ValueError, match="rebuild them with benchmarks/prepare_imdb.py"):
+        _main(monkeypatch, "--part", "seedvar,seedsplit", "--smoke", "--prep",
+              str(_tiny_prep(tmp_path / "old.npz", movies=False)), "--out", str(tmp_path / "out"))
+    assert not list((tmp_path / "out").rglob("metrics.json"))
+    _main(monkeypatch, "--part", "seedsplit", "--smoke", "--set", 'seedsplit_splits=["random_40k_10k"]', "--prep",
+          str(_tiny_prep(tmp_path / "old.npz", movies=False)), "--out", str(tmp_path / "out2"))   # the others still run
+
+
+def test_smoke_subsampling_keeps_each_reviews_movie(tmp_path):
+    """``--smoke`` takes a few hundred reviews; their movies must be taken with them."""
+    path = _tiny_prep(tmp_path / "p.npz", movies=False)
+    arrays = dict(np.load(path))
+    arrays["train_movies"], arrays["test_movies"] = np.arange(300, dtype=np.int32), np.arange(300, 420, dtype=np.int32)
+    np.savez(path, **arrays)
+    full = bench_models.load_data(str(path), smoke=False)
+    smoke = bench_models.load_data(str(path), smoke=True)
+    for split in ("train", "test"):
+        idx = smoke[f"{split}_movies"] - (0 if split == "train" else 300)     # each movie code is its review's index
+        assert np.array_equal(smoke[f"{split}_labels"], full[f"{split}_labels"][idx])
+        assert np.array_equal(smoke[split].take(np.arange(3)).ids, full[split].take(idx[:3]).ids)
+    assert bench_models.load_data(str(_tiny_prep(tmp_path / "old.npz", movies=False)), smoke=True)["train_movies"] is None
+
+
+def _tiny_prep(path: Path, movies: bool = True) -> Path:
     """A prepared-arrays file in ``prepare_imdb.py``'s layout, big enough for ``--smoke``."""
     import numpy as np
 
@@ -110,6 +162,9 @@ def _tiny_prep(path: Path) -> Path:
         arrays[f"{split}_offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         if split != "unsup":
             arrays[f"{split}_labels"] = np.arange(n) % 2
+            arrays[f"{split}_movies"] = rng.integers(0, 60, n).astype(np.int32)     # as prepare_imdb.py writes
+    if not movies:                  # a file made before prepare_imdb.py wrote each review's movie
+        arrays = {k: v for k, v in arrays.items() if not k.endswith("_movies")}
     np.savez(path, **arrays)
     return path
 
@@ -165,7 +220,10 @@ def test_every_part_of_the_gpu_benchmark_runs_at_smoke_size(tmp_path, monkeypatc
     assert parts["best"]["selected_by_val"]["val_accuracy"] == max(
         r["val_accuracy"] for r in parts["best"]["rows"] if "val_accuracy" in r)
     assert [r["tokens_per_s"] > 0 for r in parts["mfu"]["runs"]] == [True]
-    assert len(parts["seedsplit"]["runs"]) == 2 and len(parts["seedvar"]["runs"]) == 1
+    assert [r["split"] for r in parts["seedsplit"]["runs"]] == ["random_25k_25k", "random_40k_10k",
+                                                                "movie_disjoint_40k_10k"]
+    assert parts["seedsplit"]["runs"][-1]["test_reviews_whose_movie_is_in_train"] == 0.0
+    assert len(parts["seedvar"]["runs"]) == 1
     assert sorted(p.name for p in out.glob("probs_*.npz")) == sorted(
         f"probs_{r['name']}.npz" for r in parts["best"]["rows"] if "members" not in r)    # every row, A-D too
     with np.load(out / "probs_B_ppmi_svd_init_256.npz") as z:      # the val-best weights give the val accuracy
@@ -290,7 +348,8 @@ def test_each_owed_gpu_call_runs_at_smoke_size_from_what_it_carries(tmp_path, mo
         runs = json.loads((out / "seedsplit.json").read_text())["runs"]
         overrides = bench_models.parse_overrides([rest[i + 1] for i, a in enumerate(rest) if a == "--set"],
                                                  bench_models.SIZES["full"])
-        assert len(runs) == 2 * len(overrides["seedsplit_seeds"])
+        splits = overrides.get("seedsplit_splits", bench_models.SIZES["full"]["seedsplit_splits"])
+        assert [(r["split"], r["seed"]) for r in runs] == [(n, s) for n in splits for s in overrides["seedsplit_seeds"]]
 
 
 @pytest.mark.parametrize("part, overrides", [("seedsplit", ["--set", "seedsplit_seeds=[0, 1]"]),

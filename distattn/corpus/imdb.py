@@ -20,6 +20,8 @@ import zlib
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import numpy as np
+
 from distattn.atomic import sha256_file
 from distattn.corpus.documents import NO_LABEL, Corpus, Document
 from distattn.corpus.tar_index import index_regular_files
@@ -224,6 +226,33 @@ def read_imdb_movie_ids(path: str | os.PathLike, splits: Sequence[str] = SPLITS)
                                       f"{rid} (line {rid + 1})")
         out.append(found.group(1).decode("ascii"))
     return out
+
+
+def movie_disjoint_split(movies: Sequence, n_held_out: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, held_out) indices of ``movies`` (one movie id per review, e.g. from
+    :func:`read_imdb_movie_ids`) with no movie on both sides, each sorted.
+
+    Whole movies, in the order of ``numpy.random.default_rng(seed).permutation`` over the distinct
+    ids (sorted first, so the split depends on the ids, not on the reviews' order), go to the
+    held-out side until it holds at least ``n_held_out`` reviews; it overshoots by less than the
+    last movie's review count. The official IMDB split is movie-disjoint like this; a split drawn
+    review by review is not (a random 2,500 of train: 97 % of them about a movie the rest covers).
+    """
+    ids = np.asarray(movies)
+    if ids.ndim != 1:
+        raise ValueError(f"movies must be one id per review (1-d); got shape {ids.shape}")
+    if isinstance(n_held_out, bool) or not isinstance(n_held_out, (int, np.integer)) or n_held_out < 1:
+        raise ValueError(f"n_held_out={n_held_out!r}: expected a positive integer")
+    names, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+    order = np.random.default_rng(seed).permutation(len(names))
+    cum = np.cumsum(counts[order])
+    n_movies = int(np.searchsorted(cum, n_held_out)) + 1       # the first prefix of movies reaching n_held_out
+    if n_movies >= len(names):
+        allowed = f"at most {int(cum[-2])} with seed {seed}" if len(names) > 1 else "none: one movie cannot be split"
+        raise ValueError(f"n_held_out={n_held_out}: holding out that many reviews in whole movies leaves none "
+                         f"to keep ({len(ids)} reviews of {len(names)} movies); allowed: {allowed}")
+    held = np.isin(inverse.reshape(-1), order[:n_movies])
+    return np.flatnonzero(~held), np.flatnonzero(held)
 
 
 def canonical_split(split: str | Sequence[str]) -> str:
