@@ -19,11 +19,13 @@ def test_whole_movies_are_held_out_until_enough_reviews():
     assert not set(movies[kept]) & set(movies[held])
     assert np.array_equal(np.sort(np.concatenate([kept, held])), np.arange(len(movies)))
     assert np.all(np.diff(kept) > 0) and np.all(np.diff(held) > 0)
-    counts = dict(zip(*np.unique(movies, return_counts=True)))
-    held_movies = set(movies[held])
-    # minimal: some held-out movie is the one that reached 500; without it the side had fewer
-    assert len(held) >= 500 and any(len(held) - counts[m] < 500 for m in held_movies)
-    assert len(held) < 500 + max(counts.values())
+    # the documented order: the shortest prefix of default_rng(seed).permutation over the sorted ids
+    # whose movies hold at least 500 reviews, no movie more
+    names, counts = np.unique(movies, return_counts=True)
+    order = np.random.default_rng(4).permutation(len(names))
+    n_movies = int(np.argmax(np.cumsum(counts[order]) >= 500)) + 1
+    assert set(movies[held]) == set(names[order[:n_movies]])
+    assert len(held) >= 500 and len(held) - counts[order[n_movies - 1]] < 500
 
 
 def test_the_split_depends_on_the_seed_and_the_ids_not_on_the_reviews_order():
