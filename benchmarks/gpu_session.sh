@@ -11,7 +11,7 @@
 #      without its smoke test (the compare runs the same kernels, and the call has no minute to spare);
 #   2. models: bench_models.py --part seed,lm,mfu through benchmarks/gpu_check.sh (issue #4: the seed
 #      classifier's accuracy and wall time, the 4-layer d=512 LM's tokens/s and MFU, each beside the
-#      plain-PyTorch fp32 baseline; then the LM under other batch sizes and compile modes). Its arrays
+#      plain-PyTorch fp32 baseline; then the LM under batch sizes 256, 512 and 768). Its arrays
 #      are built from the carried archive, on the tokens the compare cached, without the PPMI-SVD
 #      vectors no part of it uses; each part's JSON is written when it ends, so a cut keeps the others.
 # A step that cannot have its minimum (SESSION_MIN_COMPARE 120 s, SESSION_MIN_MODELS 60 s) is
@@ -19,6 +19,8 @@
 # matter), $OUT/session.tar.gz (every step's files; refreshed every 30 s, so a call cut at its limit
 # keeps what had finished: tar -xzf session.tar.gz) and $OUT/report.html (the compare's, to open).
 # Later calls, one a session (benchmarks/results/README.md): the best classifier's rows (gpu_check.sh best).
+# Run on an H100 in session 82 (benchmarks/results/h100_session_s82/): the compare and the seed and lm
+# parts finished; the mfu part was cut in its max-autotune variant, since replaced by batch 768.
 # A rehearsal on a CPU, the same steps at small sizes (the real compare and bench, the archive in
 # DISTATTN_DATA_DIR): COMPARE_PROFILE=quick SESSION_BENCH_ARGS=--smoke bash benchmarks/gpu_session.sh
 set -o pipefail
