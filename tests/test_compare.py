@@ -27,6 +27,42 @@ def synthetic_jsonl(path, n_docs=90, seed=0):
     return path
 
 
+def _cold_quick_run(factory, name, extra):
+    """One cold quick-profile run on a 40-document corpus, in a cache of its own. The tests that damage
+    a cache entry share it: each damages a copy of this cache (``_copy_of_cold_cache``), so each still
+    starts from a finished cold run, and the cold run (most of such a test's time) is paid once."""
+    base = factory.mktemp(name)
+    corpus = synthetic_jsonl(base / "c.jsonl", n_docs=40)
+    args = ["--corpus", "text", "--path", str(corpus), "--profile", "quick", "-q", "--device", "cpu", *extra]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DISTATTN_CACHE_DIR", str(base / "cache"))
+        assert main(args + ["--out", str(base / "a")]) == 0
+    return args, base
+
+
+@pytest.fixture(scope="module")
+def cold_quick_run(tmp_path_factory):
+    """The shared cold run with every model trained."""
+    return _cold_quick_run(tmp_path_factory, "cold-quick", [])
+
+
+@pytest.fixture(scope="module")
+def cold_quick_run_no_models(tmp_path_factory):
+    """The shared cold run with ``--no-models``."""
+    return _cold_quick_run(tmp_path_factory, "cold-quick-no-models", ["--no-models"])
+
+
+def _copy_of_cold_cache(cold, tmp_path, monkeypatch):
+    """A copy of the shared cold run's cache as this test's cache; returns the run's CLI arguments and
+    its metrics.json (the run "a" every later run is compared with)."""
+    import shutil
+    args, base = cold
+    shutil.copytree(base / "cache", tmp_path / "cache")
+    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
+    (run,) = (base / "a").iterdir()
+    return args, json.loads((run / "metrics.json").read_text())
+
+
 def run_cli(args, capsys):
     code = main(args)
     out = capsys.readouterr()
@@ -792,21 +828,18 @@ def test_git_hash_is_recorded_only_for_a_distattn_checkout(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("damaged", ["stats-*/S.npz", "stats-*/embeddings.npy", "stats-*/done.json",
                                      "projection-*/rows.json", "analysis-*/analysis.json"])
-def test_a_damaged_stage_cache_entry_is_recomputed(tmp_path, capsys, caplog, monkeypatch, damaged):
+def test_a_damaged_stage_cache_entry_is_recomputed(tmp_path, capsys, caplog, monkeypatch, damaged,
+                                                   cold_quick_run_no_models):
     """A stage entry cut short on disk (a crash before its data reached the disk, under an older version
     without fsync) failed every later run: a zipfile.BadZipFile traceback, or "error: Unterminated
     string starting at: line 1 column 94", naming no file."""
-    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
-    corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=40)
-    args = ["--corpus", "text", "--path", str(corpus), "--profile", "quick", "--no-models", "-q", "--device", "cpu"]
-    code, out, err = run_cli(args + ["--out", str(tmp_path / "a")], capsys)
-    assert code == 0, err
+    args, first = _copy_of_cold_cache(cold_quick_run_no_models, tmp_path, monkeypatch)
     (entry,) = (tmp_path / "cache" / "compare").glob(damaged)
     entry.write_bytes(entry.read_bytes()[:len(entry.read_bytes()) // 2])
     code, out, err = run_cli(args + ["--out", str(tmp_path / "b")], capsys)
     assert code == 0, err
     assert f"ignoring damaged cache entry {entry.parent}" in caplog.text
-    first, second = (json.loads((next((tmp_path / d).iterdir()) / "metrics.json").read_text()) for d in "ab")
+    second = json.loads((next((tmp_path / "b").iterdir()) / "metrics.json").read_text())
     rows = lambda m: [{k: v for k, v in r.items() if k != "seconds"} for r in m["next_token"]]
     assert rows(second) == rows(first) and second["analysis"]["spectra"] == first["analysis"]["spectra"]
     caplog.clear()
@@ -868,17 +901,14 @@ def _change_a_figure(path: Path, key: str) -> None:
     path.write_text(changed)
 
 
-def test_a_stage_json_changed_into_other_valid_json_is_recomputed_not_served(tmp_path, capsys, caplog, monkeypatch):
+def test_a_stage_json_changed_into_other_valid_json_is_recomputed_not_served(tmp_path, capsys, caplog, monkeypatch,
+                                                                           cold_quick_run):
     """A cache entry's JSON is the root of its checks (the statistics' file digests, the model's weights
     digest), and a bit flipped in one of its figures left it valid JSON: a next-token row's perplexity,
     a model's metrics or the statistics' Frobenius norms were served as computed. Its seal refuses it.
     One figure is changed in each of the four stages' JSON at once (each entry is keyed by its config,
     not by the content of the ones before it, so each is read, refused and recomputed on its own)."""
-    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
-    corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=40)
-    args = ["--corpus", "text", "--path", str(corpus), "--profile", "quick", "-q", "--device", "cpu"]
-    code, out, err = run_cli(args + ["--out", str(tmp_path / "a")], capsys)
-    assert code == 0, err
+    args, first = _copy_of_cold_cache(cold_quick_run, tmp_path, monkeypatch)
     changed = []
     for damaged, key in (("stats-*/done.json", "P"), ("projection-*/rows.json", "perplexity"),
                          ("analysis-*/analysis.json", "top1"), ("train-transformer_lm-*/done.json", "train_seconds")):
@@ -890,7 +920,7 @@ def test_a_stage_json_changed_into_other_valid_json_is_recomputed_not_served(tmp
     for entry in changed:
         assert f"ignoring damaged cache entry {entry.parent} (ValueError: {entry} is damaged: its content's sha256" \
             in caplog.text, entry
-    first, second = (json.loads((next((tmp_path / d).iterdir()) / "metrics.json").read_text()) for d in "ab")
+    second = json.loads((next((tmp_path / "b").iterdir()) / "metrics.json").read_text())
 
     def timeless(x):                # every figure but the timings
         if isinstance(x, dict):
@@ -901,22 +931,18 @@ def test_a_stage_json_changed_into_other_valid_json_is_recomputed_not_served(tmp
 
 
 @pytest.mark.parametrize("damaged", ["model.pt", "done.json"])
-def test_a_damaged_trained_model_entry_is_retrained(tmp_path, capsys, caplog, monkeypatch, damaged):
+def test_a_damaged_trained_model_entry_is_retrained(tmp_path, capsys, caplog, monkeypatch, damaged, cold_quick_run):
     """A model stage's model.pt cut short failed every later run with a RuntimeError traceback
     ("PytorchStreamReader failed reading zip archive"), its done.json with "error: Expecting ',' delimiter"."""
-    monkeypatch.setenv("DISTATTN_CACHE_DIR", str(tmp_path / "cache"))
-    corpus = synthetic_jsonl(tmp_path / "c.jsonl", n_docs=40)
-    args = ["--corpus", "text", "--path", str(corpus), "--profile", "quick", "-q", "--device", "cpu"]
-    code, out, err = run_cli(args + ["--out", str(tmp_path / "a")], capsys)
-    assert code == 0, err
+    args, first = _copy_of_cold_cache(cold_quick_run, tmp_path, monkeypatch)
     (entry,) = (tmp_path / "cache" / "compare").glob(f"train-transformer_lm-*/{damaged}")
     data = entry.read_bytes()
-    entry.unlink()                  # a new file: the run directory holds a hard link to model.pt
+    entry.unlink()                  # a new file: a run directory may hold a hard link to model.pt
     entry.write_bytes(data[:len(data) // 2])
     code, out, err = run_cli(args + ["--out", str(tmp_path / "b")], capsys)
     assert code == 0, err
     assert f"ignoring damaged cache entry {entry.parent}" in caplog.text
-    first, second = (json.loads((next((tmp_path / d).iterdir()) / "metrics.json").read_text()) for d in "ab")
+    second = json.loads((next((tmp_path / "b").iterdir()) / "metrics.json").read_text())
     rows = lambda m: [{k: v for k, v in r.items() if k != "seconds"} for r in m["next_token"]]
     assert rows(second) == rows(first)
 
