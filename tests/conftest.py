@@ -9,6 +9,12 @@ from pathlib import Path
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist workers (the README runs two) share the cores: an OpenMP thread of torch or numba
+    # that has finished its share sleeps instead of spinning on a core another worker needs. Read
+    # when OpenMP loads, after this import; how long threads wait does not change any result.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
